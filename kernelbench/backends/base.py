@@ -1,0 +1,201 @@
+"""The interface every backend implements: quantize -> decompose -> int8 product -> dequantize.
+
+A backend is one module in :mod:`kernelbench.backends` exposing ``BACKEND``, an instance of a
+:class:`Backend` subclass. The harness never imports a backend by name: it asks the registry.
+
+Stages, each separately callable so the harness can time them:
+
+``prepare_weight``   offline: int8 weights, column scales, kept 16-bit rows, backend layouts
+``quantize``         activations: outlier columns, row scales, int8 values, outlier values
+``int8_matmul``      int8 x int8 -> int32
+``outlier_product``  the 16-bit product of the outlier dims (eq. 8), or ``None``
+``dequantize``       int32 x outer(scales) / 127^2 + bias + outlier product -> 16-bit
+``linear``           the whole layer (a backend may fuse stages here)
+
+:meth:`Backend.runner` turns a (method, inputs) pair into a :class:`Runner`: everything offline
+is done there, and the runner holds zero-argument callables to time (tritonbench's pattern).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelbench import quant
+from kernelbench.checks import check_activation, check_weight
+from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+
+#: The methods, i.e. the rows of the paper's Table 5 (App. D.1) plus ``fp32``.
+METHODS: tuple[str, ...] = (
+    "fp32",
+    "fp16",
+    "int8_raw",
+    "absmax_torch",
+    "vectorwise_torch",
+    "vectorwise",
+    "llm_int8",
+)
+
+#: Methods built from a backend's own int8 stages (any int8 backend can run these).
+INT8_STAGE_METHODS: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
+
+#: The stage names a runner may expose for per-stage timing.
+STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_product")
+
+
+@dataclass(frozen=True)
+class Availability:
+    """"Can this run here?" with the reason when not (nvbench's ``state.skip(reason)``)."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @classmethod
+    def yes(cls) -> Availability:
+        return cls(True, "")
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+def sixteen_bit_dtype(device: torch.device | str) -> torch.dtype:
+    """The device's 16-bit baseline dtype: fp16 on CUDA, bf16 on CPU."""
+    return torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
+
+
+def method_config(method: str, cfg: QuantConfig) -> QuantConfig:
+    """``vectorwise`` is LLM.int8() with the threshold off; everything else keeps ``cfg``."""
+    return cfg.without_decomposition() if method != "llm_int8" else cfg
+
+
+@dataclass
+class Runner:
+    """A method made ready on fixed inputs. ``run`` is what is timed; ``stages`` are the same
+    work split up (inputs of each stage precomputed), for per-stage timing."""
+
+    run: Callable[[], torch.Tensor]
+    stages: dict[str, Callable[[], object]] = field(default_factory=dict)
+    weight_bytes: int = 0
+    outlier_cols: int = 0
+    #: True when ``run`` returns the exact int32 product rather than the layer output.
+    returns_int32: bool = False
+
+
+class Backend:
+    """Base class. Subclasses override :meth:`availability` and the int8 stages; the composite
+    :meth:`linear` and the runners for :data:`INT8_STAGE_METHODS` are written once here."""
+
+    name: str = "?"
+    description: str = ""
+    #: Methods this backend can run at all (before device/dtype/shape checks).
+    methods: tuple[str, ...] = INT8_STAGE_METHODS
+
+    # --- availability ----------------------------------------------------------------------
+
+    def availability(self, device: torch.device) -> Availability:
+        """Whether the backend can run on ``device`` at all."""
+        raise NotImplementedError
+
+    def supports(
+        self, method: str, device: torch.device, dtype: torch.dtype, m: int, k: int, n: int
+    ) -> Availability:
+        """Whether ``method`` runs here for an (m x k) @ (k x n) layer in ``dtype``."""
+        if method not in METHODS:
+            return Availability.no(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+        avail = self.availability(device)
+        if not avail:
+            return avail
+        if method not in self.methods:
+            return Availability.no(f"backend {self.name!r} does not implement {method!r}")
+        return Availability.yes()
+
+    # --- stages ----------------------------------------------------------------------------
+
+    def prepare_weight(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        cfg: QuantConfig,
+        kept_rows: torch.Tensor | None = None,
+    ) -> PreparedWeight:
+        check_weight(weight, bias)
+        return quant.prepare_weight(weight, bias, cfg, kept_rows)
+
+    def quantize(
+        self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
+    ) -> QuantizedActivation:
+        raise NotImplementedError
+
+    def int8_matmul(self, a: torch.Tensor, pw: PreparedWeight) -> torch.Tensor:
+        """``a`` (m, k) int8 times the prepared weight's int8 (n, k), transposed: int32 (m, n)."""
+        raise NotImplementedError
+
+    def outlier_product(
+        self, qa: QuantizedActivation, pw: PreparedWeight
+    ) -> torch.Tensor | None:
+        return quant.outlier_product(qa, pw)
+
+    def dequantize(
+        self,
+        acc: torch.Tensor,
+        qa: QuantizedActivation,
+        pw: PreparedWeight,
+        outlier: torch.Tensor | None,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def linear(self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig) -> torch.Tensor:
+        """The whole layer through the stages; backends may override with a fused path."""
+        qa = self.quantize(x, pw, cfg)
+        acc = self.int8_matmul(qa.int8, pw)
+        return self.dequantize(acc, qa, pw, self.outlier_product(qa, pw))
+
+    # --- runners ---------------------------------------------------------------------------
+
+    def runner(
+        self,
+        method: str,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        cfg: QuantConfig,
+        kept_rows: torch.Tensor | None = None,
+    ) -> Runner:
+        """Prepare ``method`` on these inputs; ``kept_rows`` are the calibrated outlier dims
+        whose 16-bit weights ``llm_int8`` keeps (ignored by other methods)."""
+        check_activation(x, weight)
+        mcfg = method_config(method, cfg)
+        if method not in INT8_STAGE_METHODS:
+            raise ValueError(f"backend {self.name!r} has no runner for method {method!r}")
+        pw = self.prepare_weight(weight, bias, mcfg, kept_rows if method == "llm_int8" else None)
+        qa = self.quantize(x, pw, mcfg)
+        if method == "int8_raw":
+            a = qa.int8
+            return Runner(
+                run=lambda: self.int8_matmul(a, pw),
+                stages={"int8_matmul": lambda: self.int8_matmul(a, pw)},
+                weight_bytes=pw.int8.numel() + pw.absmax.numel() * 4,
+                outlier_cols=0,
+                returns_int32=True,
+            )
+        acc = self.int8_matmul(qa.int8, pw)
+        outl = self.outlier_product(qa, pw)
+        stages: dict[str, Callable[[], object]] = {
+            "quantize": lambda: self.quantize(x, pw, mcfg),
+            "int8_matmul": lambda: self.int8_matmul(qa.int8, pw),
+            "dequantize": lambda: self.dequantize(acc, qa, pw, outl),
+        }
+        if qa.outlier_cols.numel():
+            stages["outlier_product"] = lambda: self.outlier_product(qa, pw)
+        return Runner(
+            run=lambda: self.linear(x, pw, mcfg),
+            stages=stages,
+            weight_bytes=pw.nbytes,
+            outlier_cols=int(qa.outlier_cols.numel()),
+        )

@@ -1,0 +1,151 @@
+"""``torch`` backend: framework ops only, the paper's "PyTorch + NVIDIA" rows.
+
+The int8 product is ``torch._int_mm`` (oneDNN on CPU, cuBLASLt on CUDA); quantization and
+dequantization are ordinary torch ops from :mod:`kernelbench.quant`. This backend also owns the
+``fp32`` and ``fp16`` baselines (``fp16`` is bf16 on CPU: the CPU's 16-bit type).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kernelbench import quant
+from kernelbench.backends.base import (
+    METHODS,
+    Availability,
+    Backend,
+    Runner,
+    sixteen_bit_dtype,
+)
+from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
+from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+
+
+def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """``a @ b_nk.T`` in int32 through ``torch._int_mm``, with its shape rules checked first.
+
+    CUDA's ``_int_mm`` (cuBLASLt) needs m > 16 and k, n multiples of 8; smaller m is padded with
+    zero rows here (the rows are dropped again), other shapes are an error.
+    """
+    check_int8_operands(a, b_nk)
+    m = a.shape[0]
+    if m == 0:
+        return torch.zeros((0, b_nk.shape[0]), dtype=torch.int32, device=a.device)
+    if a.is_cuda:
+        k, n = a.shape[1], b_nk.shape[0]
+        if k % 8 or n % 8:
+            raise InputError(f"torch._int_mm on CUDA needs k and n multiples of 8, got k={k}, n={n}")
+        if m <= 16:
+            padded = torch.zeros((17, k), dtype=torch.int8, device=a.device)
+            padded[:m] = a
+            return torch._int_mm(padded, b_nk.t())[:m]
+    return torch._int_mm(a, b_nk.t())
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    description = "framework ops: torch._int_mm (oneDNN / cuBLASLt) + torch quantize/dequantize"
+    methods = METHODS
+
+    def availability(self, device: torch.device) -> Availability:
+        device = torch.device(device)
+        if device.type == "cpu":
+            return Availability.yes()
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                return Availability.no("torch has no CUDA device here (CPU build or no GPU)")
+            return Availability.yes()
+        return Availability.no(f"device type {device.type!r} is not supported")
+
+    def supports(self, method, device, dtype, m, k, n) -> Availability:
+        avail = super().supports(method, device, dtype, m, k, n)
+        if not avail:
+            return avail
+        if method == "vectorwise":
+            return Availability.no(
+                "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
+            )
+        if torch.device(device).type == "cuda" and method not in ("fp32", "fp16") and (k % 8 or n % 8):
+            return Availability.no(f"torch._int_mm on CUDA needs k, n multiples of 8 (k={k}, n={n})")
+        return Availability.yes()
+
+    # stages --------------------------------------------------------------------------------
+
+    def _compute_dtype(self, pw: PreparedWeight) -> torch.dtype:
+        # On CPU without native bf16 the 16-bit matmul is emulated and slow; fp32 is both faster
+        # and more accurate there. On CUDA the outlier product runs in the layer's 16-bit dtype
+        # as in the paper's fig. 2.
+        return pw.dtype if pw.int8.is_cuda else torch.float32
+
+    def quantize(self, x, pw, cfg) -> QuantizedActivation:
+        cols = quant.decomposition_columns(x, pw, cfg)
+        return quant.quantize_activation(x, cols)
+
+    def int8_matmul(self, a, pw) -> torch.Tensor:
+        return int_mm(a, pw.int8)
+
+    def outlier_product(self, qa, pw):
+        return quant.outlier_product(qa, pw, self._compute_dtype(pw))
+
+    def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
+        return quant.dequantize(acc, qa, pw, outlier)
+
+    # runners for the framework-only methods -------------------------------------------------
+
+    def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
+        if method in ("fp32", "fp16"):
+            check_activation(x, weight)
+            check_weight(weight, bias)
+            dt = torch.float32 if method == "fp32" else sixteen_bit_dtype(x.device)
+            xd, wd = x.to(dt), weight.to(dt).contiguous()
+            bd = bias.to(dt) if bias is not None else None
+            nbytes = wd.numel() * wd.element_size() + (bd.numel() * bd.element_size() if bd is not None else 0)
+            return Runner(run=lambda: F.linear(xd, wd, bd), weight_bytes=nbytes)
+        if method == "absmax_torch":
+            return self._scaled_runner(x, weight, bias, per_row=False)
+        if method == "vectorwise_torch":
+            return self._scaled_runner(x, weight, bias, per_row=True)
+        return super().runner(method, x, weight, bias, cfg, kept_rows)
+
+    def _scaled_runner(self, x, weight, bias, per_row: bool) -> Runner:
+        """Absmax (tensor-wise) or vector-wise quantization with plain torch ops, no outliers."""
+        check_activation(x, weight)
+        check_weight(weight, bias)
+        scheme = quant.quantize_rowwise if per_row else quant.quantize_tensorwise
+        wq, w_amax = scheme(weight)
+        n = weight.shape[0]
+        w_amax = w_amax.expand(n).contiguous() if not per_row else w_amax
+
+        def quantize():
+            return scheme(x)
+
+        def matmul(xq):
+            return int_mm(xq, wq)
+
+        def dequantize(acc, x_amax):
+            x_amax = x_amax.expand(acc.shape[0]) if not per_row else x_amax
+            y = quant.dequantize_outer(acc, x_amax, w_amax)
+            if bias is not None:
+                y = y + bias.float()
+            return y.to(x.dtype)
+
+        def run():
+            xq, x_amax = quantize()
+            return dequantize(matmul(xq), x_amax)
+
+        xq0, x_amax0 = quantize()
+        acc0 = matmul(xq0)
+        nbytes = wq.numel() + w_amax.numel() * 4
+        return Runner(
+            run=run,
+            stages={
+                "quantize": quantize,
+                "int8_matmul": lambda: matmul(xq0),
+                "dequantize": lambda: dequantize(acc0, x_amax0),
+            },
+            weight_bytes=nbytes,
+        )
+
+
+BACKEND = TorchBackend()

@@ -1,0 +1,64 @@
+"""Input validation shared by every backend: a clear error naming the problem, never a crash or
+a silent wrong number."""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class InputError(ValueError):
+    """Bad input to a kernel or a method (shape, dtype, layout, device, values)."""
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise InputError(msg)
+
+
+def check_finite(t: torch.Tensor, name: str) -> None:
+    if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise InputError(f"{name} contains {bad} NaN/Inf value(s); quantization needs finite input")
+
+
+def check_weight(weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """``weight`` is (n, k) in nn.Linear layout, floating point, contiguous, finite."""
+    _require(isinstance(weight, torch.Tensor), f"weight must be a torch.Tensor, got {type(weight)}")
+    _require(weight.dim() == 2, f"weight must be 2-D (out_features, in_features), got {tuple(weight.shape)}")
+    _require(weight.dtype in FLOAT_DTYPES, f"weight dtype must be one of fp16/bf16/fp32, got {weight.dtype}")
+    _require(weight.is_contiguous(), "weight must be contiguous (call .contiguous())")
+    _require(weight.shape[0] > 0 and weight.shape[1] > 0, f"weight is empty: shape {tuple(weight.shape)}")
+    check_finite(weight, "weight")
+    if bias is not None:
+        _require(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
+                 f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+        _require(bias.device == weight.device, f"bias is on {bias.device}, weight on {weight.device}")
+        _require(bias.dtype in FLOAT_DTYPES, f"bias dtype must be fp16/bf16/fp32, got {bias.dtype}")
+        check_finite(bias, "bias")
+
+
+def check_activation(x: torch.Tensor, weight: torch.Tensor | None = None, in_features: int | None = None) -> None:
+    """``x`` is (m, k), floating point, contiguous, finite; k matches the weight."""
+    _require(isinstance(x, torch.Tensor), f"x must be a torch.Tensor, got {type(x)}")
+    _require(x.dim() == 2, f"x must be 2-D (tokens, in_features), got shape {tuple(x.shape)}")
+    _require(x.dtype in FLOAT_DTYPES, f"x dtype must be one of fp16/bf16/fp32, got {x.dtype}")
+    _require(x.is_contiguous(), "x must be contiguous (call .contiguous())")
+    k = in_features if in_features is not None else (weight.shape[1] if weight is not None else x.shape[1])
+    _require(x.shape[1] == k, f"shape mismatch: x is {tuple(x.shape)} but the layer has in_features={k}")
+    _require(x.shape[1] > 0, f"x has no features: shape {tuple(x.shape)}")
+    if weight is not None:
+        _require(x.device == weight.device, f"x is on {x.device}, weight on {weight.device}")
+        _require(x.dtype == weight.dtype, f"dtype mismatch: x is {x.dtype}, weight is {weight.dtype}")
+    check_finite(x, "x")
+
+
+def check_int8_operands(a: torch.Tensor, b: torch.Tensor) -> None:
+    """``a`` (m, k) and ``b`` (n, k) int8, contiguous, same device, same k."""
+    for name, t in (("a", a), ("b", b)):
+        _require(t.dtype == torch.int8, f"{name} must be int8, got {t.dtype}")
+        _require(t.dim() == 2, f"{name} must be 2-D, got shape {tuple(t.shape)}")
+        _require(t.is_contiguous(), f"{name} must be contiguous")
+    _require(a.shape[1] == b.shape[1], f"shape mismatch: a is {tuple(a.shape)}, b is {tuple(b.shape)} (need the same k)")
+    _require(a.device == b.device, f"a is on {a.device}, b on {b.device}")

@@ -1,0 +1,81 @@
+"""The float64 oracle: the exact layer, and every method's math emulated in float64.
+
+* :func:`exact` is ``x @ w.T + bias`` in float64: the truth every method's error is measured
+  against (relative Frobenius norm, :func:`rel_frobenius`).
+* :func:`emulate` runs a method's quantization math (:mod:`kernelbench.quant`, the same code the
+  backends use or are checked against) in float64 with an exact integer product: what a correct
+  implementation of that method computes, up to float32 rounding of its scales.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbench import quant
+from kernelbench.backends.base import method_config
+from kernelbench.quant import QuantConfig
+
+F64 = torch.float64
+
+
+def exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    y = x.to(F64) @ weight.to(F64).T
+    return y + bias.to(F64) if bias is not None else y
+
+
+def int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """Exact int8 x int8 product (int64), the reference for every int32 GEMM."""
+    return a.to(torch.int64) @ b_nk.to(torch.int64).T
+
+
+def rel_frobenius(y: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||y - ref||_F / ||ref||_F`` in float64 (absolute norm when ``ref`` is all zero)."""
+    diff = torch.linalg.vector_norm(y.to(F64) - ref.to(F64))
+    denom = torch.linalg.vector_norm(ref.to(F64))
+    return float(diff / denom) if denom > 0 else float(diff)
+
+
+def max_abs_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.to(F64) - ref.to(F64)).abs().max()) if y.numel() else 0.0
+
+
+def emulate(
+    method: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    cfg: QuantConfig,
+    kept_rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Float64 result of ``method`` (``int8_raw``: the exact int64 product of the vector-wise
+    int8 operands, zero outlier columns)."""
+    x = x.cpu()
+    weight = weight.cpu()
+    bias = bias.cpu() if bias is not None else None
+    if method in ("fp32", "fp16"):
+        return exact(x, weight, bias)
+    if method in ("absmax_torch", "vectorwise_torch", "rowwise"):
+        scheme = quant.quantize_tensorwise if method == "absmax_torch" else quant.quantize_rowwise
+        xq, xa = scheme(x, F64)
+        wq, wa = scheme(weight, F64)
+        if method == "absmax_torch":
+            xa, wa = xa.expand(x.shape[0]), wa.expand(weight.shape[0])
+        y = quant.dequantize_outer(int_product(xq, wq), xa, wa, F64)
+        return y + bias.to(F64) if bias is not None else y
+    if method in ("zeropoint", "zeropoint_vectorwise"):
+        dim = None if method == "zeropoint" else 1
+        y = quant.zeropoint_matmul(
+            quant.quantize_zeropoint(x, dim, F64), quant.quantize_zeropoint(weight, dim, F64), F64
+        )
+        return y + bias.to(F64) if bias is not None else y
+    mcfg = method_config(method, cfg)
+    pw = quant.prepare_weight(
+        weight, bias, mcfg, kept_rows if method == "llm_int8" else None, compute_dtype=F64
+    )
+    cols = quant.decomposition_columns(x, pw, mcfg)
+    qa = quant.quantize_activation(x, cols, F64)
+    acc = int_product(qa.int8, pw.int8)
+    if method == "int8_raw":
+        return acc
+    outl = quant.outlier_product(qa, pw, F64)
+    return quant.dequantize(acc, qa, pw, outl, F64, out_dtype=F64)

@@ -1,0 +1,307 @@
+"""The quantization math of LLM.int8() and its baselines, written once.
+
+Every backend either calls these functions or is tested against them, and the float64 oracle
+(:mod:`kernelbench.oracle`) runs the very same functions with ``compute_dtype=torch.float64``.
+
+Conventions (see ``../shared/paper/llm-int8-card.txt``):
+
+* ``x`` is the activation matrix, shape ``(m, k)`` (tokens x in-features).
+* ``w`` is the weight in ``nn.Linear`` layout, shape ``(n, k)`` (out-features x in-features), so the
+  layer computes ``x @ w.T + bias``. Row ``j`` of ``w`` is output column ``j`` of the paper's ``W``;
+  a per-row scale of ``w`` is the paper's per-output-column scale ``c_w`` (eq. 7).
+* Absmax scales are stored as the absolute maximum itself (``absmax``), never as ``127 / absmax``:
+  ``q = round(x * (127 / absmax))`` and ``x ~= q * absmax / 127``. An all-zero slice has
+  ``absmax = 0`` and quantizes to zeros (no inf, no NaN).
+* Rounding is round-half-to-even (``torch.round``, and ``cvtps`` / ``nearbyint`` in the kernels).
+* The int8 range is the symmetric ``[-127, 127]``; -128 never comes out of a quantizer.
+* Outlier feature dimensions (eq. 8) are the columns of ``x`` with some ``|x| > alpha`` (the
+  paper's wording) or ``>= alpha`` (bitsandbytes); ``alpha <= 0`` turns decomposition off.
+  Row scales of ``x`` leave the outlier columns out (as bitsandbytes does; the paper is silent).
+* Outlier weight rows are either the original 16-bit rows kept at prepare time (``"fp16"``, paper
+  eq. 8) or reconstructed from the int8 weights (``"int8"``, bitsandbytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+INT8_MAX = 127
+DEQUANT_CONSTANT = 1.0 / (INT8_MAX * INT8_MAX)  # 1/127^2, bitsandbytes' 6.200124e-05
+
+OutlierComparison = Literal[">", ">="]
+OutlierWeights = Literal["fp16", "int8"]
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """The knobs of LLM.int8() that the paper and its official code set differently."""
+
+    alpha: float = 6.0
+    outlier_cmp: OutlierComparison = ">"
+    outlier_weights: OutlierWeights = "fp16"
+
+    def __post_init__(self) -> None:
+        if self.outlier_cmp not in (">", ">="):
+            raise ValueError(f"outlier_cmp must be '>' or '>=', got {self.outlier_cmp!r}")
+        if self.outlier_weights not in ("fp16", "int8"):
+            raise ValueError(
+                f"outlier_weights must be 'fp16' or 'int8', got {self.outlier_weights!r}"
+            )
+        if not (self.alpha == self.alpha) or self.alpha in (float("inf"), float("-inf")):
+            raise ValueError(f"alpha must be a finite number, got {self.alpha!r}")
+
+    @property
+    def decomposition(self) -> bool:
+        return self.alpha > 0
+
+    def without_decomposition(self) -> QuantConfig:
+        return QuantConfig(0.0, self.outlier_cmp, self.outlier_weights)
+
+
+# --- absmax ----------------------------------------------------------------------------------
+
+
+def absmax(t: torch.Tensor, dim: int | None, compute_dtype: torch.dtype) -> torch.Tensor:
+    """Largest magnitude over ``dim`` (``None``: whole tensor), in ``compute_dtype``."""
+    a = t.to(compute_dtype).abs()
+    if dim is None:
+        return a.amax() if a.numel() else torch.zeros((), dtype=compute_dtype, device=t.device)
+    if a.shape[dim] == 0:
+        shape = list(a.shape)
+        del shape[dim]
+        return torch.zeros(shape, dtype=compute_dtype, device=t.device)
+    return a.amax(dim=dim)
+
+
+def quantize_absmax(t: torch.Tensor, amax: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
+    """``round(t * 127 / amax)`` as int8; ``amax`` broadcasts against ``t``; zero amax gives 0."""
+    amax = amax.to(compute_dtype)
+    inv = torch.where(amax > 0, INT8_MAX / torch.where(amax > 0, amax, 1), 0)
+    q = torch.round(t.to(compute_dtype) * inv)
+    return q.clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+
+
+def quantize_tensorwise(t: torch.Tensor, compute_dtype=torch.float32):
+    """Absmax over the whole tensor (§2.1): one scale."""
+    amax = absmax(t, None, compute_dtype)
+    return quantize_absmax(t, amax, compute_dtype), amax
+
+
+def quantize_rowwise(t: torch.Tensor, compute_dtype=torch.float32):
+    """Absmax per row: for ``x`` one scale per token, for ``w`` (n, k) one per output column."""
+    amax = absmax(t, 1, compute_dtype)
+    return quantize_absmax(t, amax[:, None], compute_dtype), amax
+
+
+def dequantize_outer(
+    acc: torch.Tensor, row_amax: torch.Tensor, col_amax: torch.Tensor, compute_dtype=torch.float32
+) -> torch.Tensor:
+    """eq. 7: ``acc * (row_amax x col_amax) / 127^2`` (``acc`` is the int32 product)."""
+    scale = row_amax.to(compute_dtype)[:, None] * (col_amax.to(compute_dtype) * DEQUANT_CONSTANT)
+    return acc.to(compute_dtype) * scale
+
+
+# --- zeropoint (asymmetric) --------------------------------------------------------------------
+
+
+@dataclass
+class ZeropointQuantized:
+    """``q = clamp(round(t * nd) + zp, -127, 127)``; ``t ~= (q - zp) / nd``.
+
+    eq. 2 as printed multiplies by the minimum, which is no zero point (see the card's
+    "Pitfalls"). This is the textbook form: ``nd = 254 / (max - min)`` (eq. 1) with an integer
+    zero point that maps ``min`` to -127. The range is widened to include 0 (as PyTorch's
+    observers do), so zero is exact and a constant slice still quantizes; all-zero gives 0.
+    """
+
+    q: torch.Tensor  # int8
+    nd: torch.Tensor  # per slice (keepdim), compute dtype
+    zp: torch.Tensor  # per slice (keepdim), integer-valued, compute dtype
+
+
+def quantize_zeropoint(t: torch.Tensor, dim: int | None, compute_dtype=torch.float32):
+    tc = t.to(compute_dtype)
+    if dim is None:
+        lo, hi = tc.amin().clamp(max=0), tc.amax().clamp(min=0)
+    else:
+        lo = tc.amin(dim=dim, keepdim=True).clamp(max=0)
+        hi = tc.amax(dim=dim, keepdim=True).clamp(min=0)
+    span = hi - lo
+    nd = torch.where(span > 0, 2 * INT8_MAX / torch.where(span > 0, span, 1), 0)
+    zp = -torch.round(lo * nd) - INT8_MAX
+    zp = torch.where(span > 0, zp, 0)
+    q = (torch.round(tc * nd) + zp).clamp_(-INT8_MAX, INT8_MAX)
+    return ZeropointQuantized(q.to(torch.int8), nd, zp)
+
+
+def zeropoint_matmul(
+    xq: ZeropointQuantized, wq: ZeropointQuantized, compute_dtype=torch.float32
+) -> torch.Tensor:
+    """eq. 5: ``(qx - zx)(qw - zw)^T / (ndx ndw)`` expanded around one integer product, as a
+    GPU without the eq. 4 instruction must do it. ``xq`` is (m, k) per row or per tensor; ``wq``
+    is (n, k) per row or per tensor."""
+    qx = xq.q.to(torch.int64)
+    qw = wq.q.to(torch.int64)
+    k = qx.shape[1]
+    acc = (qx @ qw.T).to(compute_dtype)
+    zx = xq.zp.reshape(-1, 1)
+    zw = wq.zp.reshape(1, -1)
+    rx = qx.sum(1, keepdim=True).to(compute_dtype)
+    rw = qw.sum(1).reshape(1, -1).to(compute_dtype)
+    centered = acc - zw * rx - zx * rw + k * zx * zw
+    denom = xq.nd.reshape(-1, 1) * wq.nd.reshape(1, -1)
+    return torch.where(denom > 0, centered / torch.where(denom > 0, denom, 1), 0)
+
+
+# --- outliers and the mixed-precision decomposition ---------------------------------------------
+
+
+def outlier_mask(x: torch.Tensor, alpha: float, cmp: OutlierComparison) -> torch.Tensor:
+    """Bool mask over the k columns of ``x``: some ``|x| > alpha`` (or ``>=``) in the column."""
+    if alpha <= 0 or x.shape[0] == 0:
+        return torch.zeros(x.shape[1], dtype=torch.bool, device=x.device)
+    colmax = x.abs().amax(dim=0).float()
+    return colmax > alpha if cmp == ">" else colmax >= alpha
+
+
+def outlier_columns(x: torch.Tensor, alpha: float, cmp: OutlierComparison) -> torch.Tensor:
+    """Sorted int64 indices of the outlier feature dimensions of ``x`` (eq. 8's set O)."""
+    return outlier_mask(x, alpha, cmp).nonzero().flatten()
+
+
+@dataclass
+class QuantizedActivation:
+    """``x`` after the fused quantization pass of the int8 path."""
+
+    int8: torch.Tensor  # (m, k) int8, outlier columns zeroed
+    absmax: torch.Tensor  # (m,) float32, per row over the non-outlier columns
+    outlier_cols: torch.Tensor  # (c,) int64, sorted
+    outlier_values: torch.Tensor  # (m, c), x's own dtype
+
+
+@dataclass
+class PreparedWeight:
+    """Weights quantized once, offline. ``nbytes`` is what the layer keeps in memory."""
+
+    int8: torch.Tensor  # (n, k) int8
+    absmax: torch.Tensor  # (n,) float32: per output column, over the rows not kept in 16-bit
+    kept_rows: torch.Tensor  # (r,) int64: input dims whose 16-bit weights are kept (eq. 8)
+    kept_values: torch.Tensor  # (n, r): the original 16-bit weights of those dims
+    bias: torch.Tensor | None  # (n,)
+    dtype: torch.dtype  # the layer's 16-bit dtype, also the output dtype
+    extra: dict  # backend-owned data (packed layouts...), counted in nbytes
+
+    @property
+    def out_features(self) -> int:
+        return self.int8.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.int8.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [self.int8, self.absmax, self.kept_rows, self.kept_values]
+        tensors += [t for t in self.extra.values() if isinstance(t, torch.Tensor)]
+        if self.bias is not None:
+            tensors.append(self.bias)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def prepare_weight(
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    cfg: QuantConfig,
+    kept_rows: torch.Tensor | None = None,
+    compute_dtype=torch.float32,
+) -> PreparedWeight:
+    """Vector-wise int8 weights; with ``outlier_weights="fp16"`` the dims in ``kept_rows`` keep
+    their 16-bit weights and are left out of the column absmax (they never go through int8)."""
+    k = w.shape[1]
+    if not cfg.decomposition or cfg.outlier_weights == "int8" or kept_rows is None:
+        kept_rows = torch.zeros(0, dtype=torch.int64, device=w.device)
+    kept_rows = kept_rows.to(device=w.device, dtype=torch.int64)
+    keep = torch.zeros(k, dtype=torch.bool, device=w.device)
+    keep[kept_rows] = True
+    w_regular = w.masked_fill(keep[None, :], 0)
+    amax = absmax(w_regular, 1, compute_dtype).float() if compute_dtype != torch.float64 else (
+        absmax(w_regular, 1, compute_dtype)
+    )
+    q = quantize_absmax(w_regular, amax[:, None], compute_dtype)
+    return PreparedWeight(
+        int8=q.contiguous(),
+        absmax=amax.contiguous(),
+        kept_rows=kept_rows,
+        kept_values=w[:, kept_rows].contiguous(),
+        bias=bias,
+        dtype=w.dtype,
+        extra={},
+    )
+
+
+def decomposition_columns(
+    x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
+) -> torch.Tensor:
+    """The set O of this call: outliers detected in ``x`` plus the dims kept in 16-bit."""
+    if not cfg.decomposition:
+        return torch.zeros(0, dtype=torch.int64, device=x.device)
+    mask = outlier_mask(x, cfg.alpha, cfg.outlier_cmp)
+    mask[pw.kept_rows] = True
+    return mask.nonzero().flatten()
+
+
+def quantize_activation(
+    x: torch.Tensor, cols: torch.Tensor, compute_dtype=torch.float32
+) -> QuantizedActivation:
+    """Row absmax without the columns ``cols``, round, int8 (``cols`` zeroed), gather ``cols``."""
+    if cols.numel():
+        regular = x.clone()
+        regular[:, cols] = 0
+    else:
+        regular = x
+    amax = absmax(regular, 1, compute_dtype)
+    q = quantize_absmax(regular, amax[:, None], compute_dtype)
+    if compute_dtype != torch.float64:
+        amax = amax.float()
+    return QuantizedActivation(q, amax, cols, x[:, cols])
+
+
+def outlier_weight_rows(pw: PreparedWeight, cols: torch.Tensor, compute_dtype) -> torch.Tensor:
+    """(n, c) weights of the outlier dims: kept 16-bit rows, else reconstructed from int8."""
+    out = pw.int8[:, cols].to(compute_dtype) * (pw.absmax.to(compute_dtype)[:, None] / INT8_MAX)
+    if pw.kept_rows.numel() and cols.numel():
+        pos = torch.searchsorted(cols, pw.kept_rows)
+        pos = pos.clamp(max=cols.numel() - 1)
+        hit = cols[pos] == pw.kept_rows
+        out[:, pos[hit]] = pw.kept_values[:, hit].to(compute_dtype)
+    return out
+
+
+def outlier_product(
+    qa: QuantizedActivation, pw: PreparedWeight, compute_dtype=torch.float32
+) -> torch.Tensor | None:
+    """eq. 8's 16-bit part: ``x[:, O] @ w[:, O].T``; ``None`` when O is empty."""
+    if qa.outlier_cols.numel() == 0:
+        return None
+    w_rows = outlier_weight_rows(pw, qa.outlier_cols, compute_dtype)
+    return qa.outlier_values.to(compute_dtype) @ w_rows.T
+
+
+def dequantize(
+    acc: torch.Tensor,
+    qa: QuantizedActivation,
+    pw: PreparedWeight,
+    outlier: torch.Tensor | None,
+    compute_dtype=torch.float32,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """eq. 7 + eq. 8: int32 product x outer(scales) / 127^2, + bias, + the outlier product."""
+    y = dequantize_outer(acc, qa.absmax, pw.absmax, compute_dtype)
+    if pw.bias is not None:
+        y = y + pw.bias.to(compute_dtype)
+    if outlier is not None:
+        y = y + outlier.to(compute_dtype)
+    return y.to(out_dtype or pw.dtype)
