@@ -26,31 +26,53 @@ def check_finite(t: torch.Tensor, name: str) -> None:
 def check_weight(weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     """``weight`` is (n, k) in nn.Linear layout, floating point, contiguous, finite."""
     _require(isinstance(weight, torch.Tensor), f"weight must be a torch.Tensor, got {type(weight)}")
-    _require(weight.dim() == 2, f"weight must be 2-D (out_features, in_features), got {tuple(weight.shape)}")
-    _require(weight.dtype in FLOAT_DTYPES, f"weight dtype must be one of fp16/bf16/fp32, got {weight.dtype}")
+    _require(
+        weight.dim() == 2,
+        f"weight must be 2-D (out_features, in_features), got {tuple(weight.shape)}",
+    )
+    _require(
+        weight.dtype in FLOAT_DTYPES,
+        f"weight dtype must be one of fp16/bf16/fp32, got {weight.dtype}",
+    )
     _require(weight.is_contiguous(), "weight must be contiguous (call .contiguous())")
-    _require(weight.shape[0] > 0 and weight.shape[1] > 0, f"weight is empty: shape {tuple(weight.shape)}")
+    _require(
+        weight.shape[0] > 0 and weight.shape[1] > 0, f"weight is empty: shape {tuple(weight.shape)}"
+    )
     check_finite(weight, "weight")
     if bias is not None:
-        _require(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
-                 f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
-        _require(bias.device == weight.device, f"bias is on {bias.device}, weight on {weight.device}")
+        _require(
+            bias.dim() == 1 and bias.shape[0] == weight.shape[0],
+            f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}",
+        )
+        _require(
+            bias.device == weight.device, f"bias is on {bias.device}, weight on {weight.device}"
+        )
         _require(bias.dtype in FLOAT_DTYPES, f"bias dtype must be fp16/bf16/fp32, got {bias.dtype}")
         check_finite(bias, "bias")
 
 
-def check_activation(x: torch.Tensor, weight: torch.Tensor | None = None, in_features: int | None = None) -> None:
+def check_activation(
+    x: torch.Tensor, weight: torch.Tensor | None = None, in_features: int | None = None
+) -> None:
     """``x`` is (m, k), floating point, contiguous, finite; k matches the weight."""
     _require(isinstance(x, torch.Tensor), f"x must be a torch.Tensor, got {type(x)}")
     _require(x.dim() == 2, f"x must be 2-D (tokens, in_features), got shape {tuple(x.shape)}")
     _require(x.dtype in FLOAT_DTYPES, f"x dtype must be one of fp16/bf16/fp32, got {x.dtype}")
     _require(x.is_contiguous(), "x must be contiguous (call .contiguous())")
-    k = in_features if in_features is not None else (weight.shape[1] if weight is not None else x.shape[1])
-    _require(x.shape[1] == k, f"shape mismatch: x is {tuple(x.shape)} but the layer has in_features={k}")
+    k = (
+        in_features
+        if in_features is not None
+        else (weight.shape[1] if weight is not None else x.shape[1])
+    )
+    _require(
+        x.shape[1] == k, f"shape mismatch: x is {tuple(x.shape)} but the layer has in_features={k}"
+    )
     _require(x.shape[1] > 0, f"x has no features: shape {tuple(x.shape)}")
     if weight is not None:
         _require(x.device == weight.device, f"x is on {x.device}, weight on {weight.device}")
-        _require(x.dtype == weight.dtype, f"dtype mismatch: x is {x.dtype}, weight is {weight.dtype}")
+        _require(
+            x.dtype == weight.dtype, f"dtype mismatch: x is {x.dtype}, weight is {weight.dtype}"
+        )
     check_finite(x, "x")
 
 
@@ -60,5 +82,8 @@ def check_int8_operands(a: torch.Tensor, b: torch.Tensor) -> None:
         _require(t.dtype == torch.int8, f"{name} must be int8, got {t.dtype}")
         _require(t.dim() == 2, f"{name} must be 2-D, got shape {tuple(t.shape)}")
         _require(t.is_contiguous(), f"{name} must be contiguous")
-    _require(a.shape[1] == b.shape[1], f"shape mismatch: a is {tuple(a.shape)}, b is {tuple(b.shape)} (need the same k)")
+    _require(
+        a.shape[1] == b.shape[1],
+        f"shape mismatch: a is {tuple(a.shape)}, b is {tuple(b.shape)} (need the same k)",
+    )
     _require(a.device == b.device, f"a is on {a.device}, b on {b.device}")

@@ -76,10 +76,15 @@ def absmax(t: torch.Tensor, dim: int | None, compute_dtype: torch.dtype) -> torc
     return a.amax(dim=dim)
 
 
-def quantize_absmax(t: torch.Tensor, amax: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
+def quantize_absmax(
+    t: torch.Tensor, amax: torch.Tensor, compute_dtype: torch.dtype
+) -> torch.Tensor:
     """``round(t * 127 / amax)`` as int8; ``amax`` broadcasts against ``t``; zero amax gives 0."""
     amax = amax.to(compute_dtype)
-    inv = torch.where(amax > 0, INT8_MAX / torch.where(amax > 0, amax, 1), 0)
+    # A true division (``127 / tensor`` in torch is reciprocal-then-multiply, which rounds
+    # differently): the same ``127.f / absmax`` the kernels compute.
+    safe = torch.where(amax > 0, amax, 1)
+    inv = torch.where(amax > 0, torch.full_like(safe, INT8_MAX) / safe, 0)
     q = torch.round(t.to(compute_dtype) * inv)
     return q.clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
 
@@ -184,30 +189,36 @@ class QuantizedActivation:
 
 @dataclass
 class PreparedWeight:
-    """Weights quantized once, offline. ``nbytes`` is what the layer keeps in memory."""
+    """Weights quantized once, offline. ``nbytes`` is what the layer keeps in memory.
 
-    int8: torch.Tensor  # (n, k) int8
+    A backend that keeps the int8 weights only in a layout of its own (``extra``) sets ``int8``
+    to ``None`` and puts a ``"read_int8_columns"`` callable in ``extra``: cols -> (n, c) int8.
+    """
+
+    int8: torch.Tensor | None  # (n, k) int8
     absmax: torch.Tensor  # (n,) float32: per output column, over the rows not kept in 16-bit
     kept_rows: torch.Tensor  # (r,) int64: input dims whose 16-bit weights are kept (eq. 8)
     kept_values: torch.Tensor  # (n, r): the original 16-bit weights of those dims
     bias: torch.Tensor | None  # (n,)
     dtype: torch.dtype  # the layer's 16-bit dtype, also the output dtype
-    extra: dict  # backend-owned data (packed layouts...), counted in nbytes
+    in_features: int
+    extra: dict  # backend-owned data (packed layouts...); its tensors count in nbytes
 
     @property
     def out_features(self) -> int:
-        return self.int8.shape[0]
+        return self.absmax.shape[0]
 
-    @property
-    def in_features(self) -> int:
-        return self.int8.shape[1]
+    def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
+        """The int8 weights of input dims ``cols``: (n, c)."""
+        if self.int8 is not None:
+            return self.int8[:, cols]
+        return self.extra["read_int8_columns"](cols)
 
     @property
     def nbytes(self) -> int:
-        tensors = [self.int8, self.absmax, self.kept_rows, self.kept_values]
+        tensors = [self.absmax, self.kept_rows, self.kept_values]
+        tensors += [t for t in (self.int8, self.bias) if t is not None]
         tensors += [t for t in self.extra.values() if isinstance(t, torch.Tensor)]
-        if self.bias is not None:
-            tensors.append(self.bias)
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -227,9 +238,9 @@ def prepare_weight(
     keep = torch.zeros(k, dtype=torch.bool, device=w.device)
     keep[kept_rows] = True
     w_regular = w.masked_fill(keep[None, :], 0)
-    amax = absmax(w_regular, 1, compute_dtype).float() if compute_dtype != torch.float64 else (
-        absmax(w_regular, 1, compute_dtype)
-    )
+    amax = absmax(w_regular, 1, compute_dtype)
+    if compute_dtype != torch.float64:
+        amax = amax.float()
     q = quantize_absmax(w_regular, amax[:, None], compute_dtype)
     return PreparedWeight(
         int8=q.contiguous(),
@@ -238,13 +249,12 @@ def prepare_weight(
         kept_values=w[:, kept_rows].contiguous(),
         bias=bias,
         dtype=w.dtype,
+        in_features=k,
         extra={},
     )
 
 
-def decomposition_columns(
-    x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
-) -> torch.Tensor:
+def decomposition_columns(x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig) -> torch.Tensor:
     """The set O of this call: outliers detected in ``x`` plus the dims kept in 16-bit."""
     if not cfg.decomposition:
         return torch.zeros(0, dtype=torch.int64, device=x.device)
@@ -271,7 +281,9 @@ def quantize_activation(
 
 def outlier_weight_rows(pw: PreparedWeight, cols: torch.Tensor, compute_dtype) -> torch.Tensor:
     """(n, c) weights of the outlier dims: kept 16-bit rows, else reconstructed from int8."""
-    out = pw.int8[:, cols].to(compute_dtype) * (pw.absmax.to(compute_dtype)[:, None] / INT8_MAX)
+    out = pw.int8_columns(cols).to(compute_dtype) * (
+        pw.absmax.to(compute_dtype)[:, None] / INT8_MAX
+    )
     if pw.kept_rows.numel() and cols.numel():
         pos = torch.searchsorted(cols, pw.kept_rows)
         pos = pos.clamp(max=cols.numel() - 1)

@@ -47,7 +47,7 @@ STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_pro
 
 @dataclass(frozen=True)
 class Availability:
-    """"Can this run here?" with the reason when not (nvbench's ``state.skip(reason)``)."""
+    """ "Can this run here?" with the reason when not (nvbench's ``state.skip(reason)``)."""
 
     ok: bool
     reason: str = ""
@@ -136,9 +136,7 @@ class Backend:
         """``a`` (m, k) int8 times the prepared weight's int8 (n, k), transposed: int32 (m, n)."""
         raise NotImplementedError
 
-    def outlier_product(
-        self, qa: QuantizedActivation, pw: PreparedWeight
-    ) -> torch.Tensor | None:
+    def outlier_product(self, qa: QuantizedActivation, pw: PreparedWeight) -> torch.Tensor | None:
         return quant.outlier_product(qa, pw)
 
     def dequantize(
@@ -180,7 +178,7 @@ class Backend:
             return Runner(
                 run=lambda: self.int8_matmul(a, pw),
                 stages={"int8_matmul": lambda: self.int8_matmul(a, pw)},
-                weight_bytes=pw.int8.numel() + pw.absmax.numel() * 4,
+                weight_bytes=pw.out_features * pw.in_features + pw.absmax.numel() * 4,
                 outlier_cols=0,
                 returns_int32=True,
             )

@@ -19,7 +19,7 @@ from kernelbench.backends.base import (
     sixteen_bit_dtype,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
-from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+from kernelbench.quant import PreparedWeight, QuantizedActivation
 
 
 def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
@@ -35,7 +35,9 @@ def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     if a.is_cuda:
         k, n = a.shape[1], b_nk.shape[0]
         if k % 8 or n % 8:
-            raise InputError(f"torch._int_mm on CUDA needs k and n multiples of 8, got k={k}, n={n}")
+            raise InputError(
+                f"torch._int_mm on CUDA needs k and n multiples of 8, got k={k}, n={n}"
+            )
         if m <= 16:
             padded = torch.zeros((17, k), dtype=torch.int8, device=a.device)
             padded[:m] = a
@@ -66,8 +68,14 @@ class TorchBackend(Backend):
             return Availability.no(
                 "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
             )
-        if torch.device(device).type == "cuda" and method not in ("fp32", "fp16") and (k % 8 or n % 8):
-            return Availability.no(f"torch._int_mm on CUDA needs k, n multiples of 8 (k={k}, n={n})")
+        if (
+            torch.device(device).type == "cuda"
+            and method not in ("fp32", "fp16")
+            and (k % 8 or n % 8)
+        ):
+            return Availability.no(
+                f"torch._int_mm on CUDA needs k, n multiples of 8 (k={k}, n={n})"
+            )
         return Availability.yes()
 
     # stages --------------------------------------------------------------------------------
@@ -100,7 +108,9 @@ class TorchBackend(Backend):
             dt = torch.float32 if method == "fp32" else sixteen_bit_dtype(x.device)
             xd, wd = x.to(dt), weight.to(dt).contiguous()
             bd = bias.to(dt) if bias is not None else None
-            nbytes = wd.numel() * wd.element_size() + (bd.numel() * bd.element_size() if bd is not None else 0)
+            nbytes = wd.numel() * wd.element_size() + (
+                bd.numel() * bd.element_size() if bd is not None else 0
+            )
             return Runner(run=lambda: F.linear(xd, wd, bd), weight_bytes=nbytes)
         if method == "absmax_torch":
             return self._scaled_runner(x, weight, bias, per_row=False)

@@ -1,0 +1,123 @@
+"""``custom`` backend: our own kernels.
+
+CPU half (this module + ``csrc/cpu_int8*.cpp``): one pass finds the outlier columns, one fused
+pass quantizes ``x`` (row absmax without the outlier columns, round half to even, int8 with the
+outlier columns zeroed, their 16-bit values gathered), an int8 GEMM with int32 accumulation on
+a packed one-byte-per-weight layout (AVX2 ``vpmaddwd``; scalar fallback elsewhere), and one fused
+dequantization pass (outer product of the scales / 127^2, + bias, + the outlier product of the
+few outlier columns, computed in the same pass).
+
+CUDA half: :mod:`kernelbench.backends.custom_cuda` (unverified on a GPU until it has run there).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbench import cpu_ext, quant
+from kernelbench.backends.base import Availability, Backend
+from kernelbench.checks import InputError, check_weight
+from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+
+try:  # the CUDA half is optional (module written alongside the CUDA extension)
+    from kernelbench.backends.custom_cuda import CustomCudaOps
+
+    _CUDA = CustomCudaOps()
+except Exception as exc:  # noqa: BLE001 - any failure only disables the CUDA half
+    _CUDA = None
+    _CUDA_ERROR = f"{type(exc).__name__}: {exc}"
+
+
+def _read_packed_columns(packed: torch.Tensor, n: int, k: int):
+    """Column reader for the packed layout: [panel][k pair][16 columns][2]."""
+    panels, pairs = (n + 15) // 16, (k + 1) // 2
+    view = packed.view(torch.int8).view(panels, pairs, 16, 2)
+
+    def read(cols: torch.Tensor) -> torch.Tensor:
+        sub = view[:, cols // 2, :, :]  # (panels, c, 16, 2)
+        sub = sub.gather(3, (cols % 2).view(1, -1, 1, 1).expand(panels, -1, 16, 1)).squeeze(3)
+        return sub.permute(0, 2, 1).reshape(panels * 16, -1)[:n]
+
+    return read
+
+
+class CustomBackend(Backend):
+    name = "custom"
+    description = "our kernels: C++ AVX2 (CPU); CUDA kernels + cuBLASLt (GPU, unverified)"
+
+    def availability(self, device: torch.device) -> Availability:
+        device = torch.device(device)
+        if device.type == "cpu":
+            if not cpu_ext.available():
+                return Availability.no(cpu_ext.IMPORT_ERROR)
+            return Availability.yes()
+        if device.type == "cuda":
+            if _CUDA is None:
+                return Availability.no(f"CUDA half not importable: {_CUDA_ERROR}")
+            return _CUDA.availability()
+        return Availability.no(f"device type {device.type!r} is not supported")
+
+    def _is_cuda(self, t: torch.Tensor) -> bool:
+        return t.device.type == "cuda"
+
+    def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> PreparedWeight:
+        check_weight(weight, bias)
+        pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
+        if self._is_cuda(weight):
+            return _CUDA.prepare_weight(pw)
+        n, k = weight.shape
+        packed = cpu_ext.pack_weight(pw.int8)
+        pw.int8 = None  # the packed copy is the only one kept: one byte per weight
+        pw.extra["packed"] = packed
+        pw.extra["read_int8_columns"] = _read_packed_columns(packed, n, k)
+        pw.extra["bias_f32"] = bias.float().contiguous() if bias is not None else None
+        if pw.extra["bias_f32"] is not None:
+            pw.bias = None  # counted once, as the fp32 copy the kernel reads
+        return pw
+
+    def quantize(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
+        if self._is_cuda(x):
+            return _CUDA.quantize(x, pw, cfg)
+        if x.shape[1] != pw.in_features:
+            raise InputError(
+                f"shape mismatch: x is {tuple(x.shape)}, layer in_features={pw.in_features}"
+            )
+        mask = None
+        cols = torch.zeros(0, dtype=torch.int64)
+        if cfg.decomposition:
+            mask = cpu_ext.detect_outliers(x, cfg.alpha, cfg.outlier_cmp == ">=")
+            if pw.kept_rows.numel():
+                mask[pw.kept_rows] = True
+            cols = mask.nonzero().flatten()
+        q, amax, vals = cpu_ext.quantize_rows(x, mask, cols)
+        return QuantizedActivation(q, amax, cols, vals)
+
+    def int8_matmul(self, a, pw) -> torch.Tensor:
+        if self._is_cuda(a):
+            return _CUDA.int8_matmul(a, pw)
+        if a.dim() != 2 or a.shape[1] != pw.in_features:
+            raise InputError(
+                f"shape mismatch: a is {tuple(a.shape)}, layer in_features={pw.in_features}"
+            )
+        return cpu_ext.gemm(a, pw.extra["packed"], pw.out_features)
+
+    def outlier_product(self, qa, pw):
+        """CPU: the operands of the outlier product, (x[:, O] fp32, w[:, O].T fp32); the
+        product itself is fused into :meth:`dequantize` (c FMAs per output element)."""
+        if self._is_cuda(qa.int8):
+            return _CUDA.outlier_product(qa, pw)
+        if qa.outlier_cols.numel() == 0:
+            return None
+        w_rows = quant.outlier_weight_rows(pw, qa.outlier_cols, torch.float32)  # (n, c)
+        return qa.outlier_values.float().contiguous(), w_rows.T.contiguous()
+
+    def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
+        if self._is_cuda(acc):
+            return _CUDA.dequantize(acc, qa, pw, outlier)
+        ox, ow = outlier if outlier is not None else (None, None)
+        return cpu_ext.dequantize(
+            acc, qa.absmax, pw.absmax, pw.extra.get("bias_f32"), ox, ow, pw.dtype
+        )
+
+
+BACKEND = CustomBackend()

@@ -1,0 +1,197 @@
+"""Checked Python wrappers around the C++ CPU kernels (``kernelbench._cpu``).
+
+The extension takes raw pointers; every argument is validated here first (device, dtype,
+contiguity, shape, alignment), so bad input is a clear :class:`InputError`, never a crash.
+Kernel rules: any m >= 0, k >= 1, n >= 1; the packed weight buffer is 32-byte aligned (it is
+allocated here); -128 is accepted in both int8 operands (the GEMM multiplies exact int16 pairs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbench.checks import InputError, check_int8_operands
+
+try:
+    from kernelbench import _cpu as _ext
+
+    IMPORT_ERROR = ""
+except ImportError as exc:  # the package was not built (e.g. imported from a bare checkout)
+    _ext = None
+    IMPORT_ERROR = f"kernelbench._cpu is not built ({exc}); install the package (pip install .)"
+
+_DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+def available() -> bool:
+    return _ext is not None
+
+
+def isa() -> str:
+    """The kernel set in use: ``avx2`` or ``scalar``."""
+    return _ext.isa() if _ext else "unavailable"
+
+
+def set_isa(name: str) -> None:
+    _ext.set_isa(name)
+
+
+def _sync_threads() -> None:
+    # One thread count for torch (oneDNN/MKL) and our OpenMP kernels: the harness pins it.
+    n = torch.get_num_threads()
+    if _ext.get_max_threads() != n:
+        _ext.set_num_threads(n)
+
+
+def _check_cpu(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise InputError(f"the CPU kernels need CPU tensors, got one on {t.device}")
+        if not t.is_contiguous():
+            raise InputError("the CPU kernels need contiguous tensors")
+
+
+def _float_code(t: torch.Tensor, name: str) -> int:
+    if t.dtype not in _DTYPE_CODE:
+        raise InputError(f"{name} must be fp32, fp16 or bf16, got {t.dtype}")
+    return _DTYPE_CODE[t.dtype]
+
+
+def pack_weight(w_int8: torch.Tensor) -> torch.Tensor:
+    """Int8 weights (n, k) -> the GEMM's packed int16 panel layout (uint8 buffer, 32B aligned)."""
+    _check_cpu(w_int8)
+    if w_int8.dtype != torch.int8 or w_int8.dim() != 2:
+        raise InputError(f"weights must be 2-D int8, got {w_int8.dtype} {tuple(w_int8.shape)}")
+    n, k = w_int8.shape
+    if n == 0 or k == 0:
+        raise InputError(f"weights are empty: shape {(n, k)}")
+    nbytes = _ext.packed_b_bytes(n, k)
+    buf = torch.empty(nbytes + 64, dtype=torch.uint8)
+    offset = (-buf.data_ptr()) % 64
+    packed = buf[offset : offset + nbytes]
+    _ext.pack_b(w_int8.data_ptr(), n, k, packed.data_ptr())
+    return packed
+
+
+def detect_outliers(x: torch.Tensor, alpha: float, ge: bool) -> torch.Tensor:
+    """Bool mask (k,) of columns with some ``|x| > alpha`` (``>=`` when ``ge``)."""
+    _check_cpu(x)
+    code = _float_code(x, "x")
+    _sync_threads()
+    mask = torch.empty(x.shape[1], dtype=torch.uint8)
+    if not _ext.detect_outliers(
+        x.data_ptr(), code, x.shape[0], x.shape[1], float(alpha), ge, mask.data_ptr()
+    ):
+        raise InputError("x contains NaN/Inf; quantization needs finite input")
+    return mask.view(torch.bool)
+
+
+def quantize_rows(x: torch.Tensor, mask: torch.Tensor | None, cols: torch.Tensor):
+    """Fused pass: (int8 (m, k) with ``cols`` zeroed, row absmax (m,), x[:, cols] (m, c))."""
+    _check_cpu(x, cols)
+    code = _float_code(x, "x")
+    m, k = x.shape
+    c = cols.numel()
+    if c and (cols.dtype != torch.int64 or int(cols.min()) < 0 or int(cols.max()) >= k):
+        raise InputError(f"outlier columns must be int64 indices in [0, {k})")
+    if mask is not None:
+        _check_cpu(mask)
+        if mask.shape != (k,) or mask.dtype != torch.bool:
+            raise InputError(f"outlier mask must be bool of shape ({k},)")
+    _sync_threads()
+    q = torch.empty((m, k), dtype=torch.int8)
+    amax = torch.empty(m, dtype=torch.float32)
+    vals = torch.empty((m, c), dtype=x.dtype)
+    ok = _ext.quantize_rows(
+        x.data_ptr(),
+        code,
+        m,
+        k,
+        mask.data_ptr() if (mask is not None and c) else 0,
+        cols.data_ptr() if c else 0,
+        c,
+        q.data_ptr(),
+        amax.data_ptr(),
+        vals.data_ptr() if c else 0,
+    )
+    if not ok:
+        raise InputError("x contains NaN/Inf; quantization needs finite input")
+    return q, amax, vals
+
+
+def gemm(a: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
+    """``a`` (m, k) int8 times packed (n, k) weights, transposed: int32 (m, n), exact."""
+    _check_cpu(a, packed)
+    if a.dtype != torch.int8 or a.dim() != 2:
+        raise InputError(f"a must be 2-D int8, got {a.dtype} {tuple(a.shape)}")
+    m, k = a.shape
+    if k == 0:
+        raise InputError("k must be >= 1")
+    if packed.numel() != _ext.packed_b_bytes(n, k):
+        raise InputError(f"packed weights do not match k={k}, n={n} (packed for another shape)")
+    if packed.data_ptr() % 32:
+        raise InputError("packed weights must be 32-byte aligned (use pack_weight)")
+    _sync_threads()
+    c = torch.empty((m, n), dtype=torch.int32)
+    if m:
+        _ext.gemm_s8s8s32(a.data_ptr(), m, k, packed.data_ptr(), n, c.data_ptr())
+    return c
+
+
+def int8_matmul_unpacked(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """Convenience for tests: pack ``b_nk`` and multiply."""
+    check_int8_operands(a, b_nk)
+    return gemm(a, pack_weight(b_nk), b_nk.shape[0])
+
+
+def dequantize(
+    acc: torch.Tensor,
+    row_absmax: torch.Tensor,
+    col_absmax: torch.Tensor,
+    bias_f32: torch.Tensor | None,
+    outlier_x: torch.Tensor | None,
+    outlier_w: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """Fused: ``acc * row x col / 127^2 + bias + outlier_x @ outlier_w`` in ``out_dtype``.
+
+    ``outlier_x`` is (m, c) fp32 and ``outlier_w`` (c, n) fp32, c small (the outlier dims)."""
+    _check_cpu(acc, row_absmax, col_absmax)
+    if acc.dtype != torch.int32 or acc.dim() != 2:
+        raise InputError(f"acc must be 2-D int32, got {acc.dtype} {tuple(acc.shape)}")
+    m, n = acc.shape
+    for t, name, size in ((row_absmax, "row_absmax", m), (col_absmax, "col_absmax", n)):
+        if t.dtype != torch.float32 or t.shape != (size,):
+            raise InputError(
+                f"{name} must be float32 of shape ({size},), got {t.dtype} {tuple(t.shape)}"
+            )
+    if bias_f32 is not None:
+        _check_cpu(bias_f32)
+        if bias_f32.dtype != torch.float32 or bias_f32.shape != (n,):
+            raise InputError(f"bias must be float32 of shape ({n},)")
+    c = 0
+    if outlier_x is not None:
+        _check_cpu(outlier_x, outlier_w)
+        c = outlier_x.shape[1]
+        if outlier_x.dtype != torch.float32 or outlier_x.shape != (m, c):
+            raise InputError(f"outlier_x must be float32 (m, c) = ({m}, {c})")
+        if outlier_w.dtype != torch.float32 or outlier_w.shape != (c, n):
+            raise InputError(f"outlier_w must be float32 (c, n) = ({c}, {n})")
+    out = torch.empty((m, n), dtype=out_dtype)
+    code = _float_code(out, "out")
+    _sync_threads()
+    if m:
+        _ext.dequantize(
+            acc.data_ptr(),
+            m,
+            n,
+            row_absmax.data_ptr(),
+            col_absmax.data_ptr(),
+            bias_f32.data_ptr() if bias_f32 is not None else 0,
+            outlier_x.data_ptr() if c else 0,
+            outlier_w.data_ptr() if c else 0,
+            c,
+            out.data_ptr(),
+            code,
+        )
+    return out
