@@ -1,0 +1,106 @@
+"""Kept baselines: one run per machine class under ``reports/baselines/<device_class>/``.
+
+:func:`update_baseline` copies a run's ``results.jsonl`` and ``env.json`` there (byte for byte,
+each replaced atomically), after checking the run is one a gate can compare against: readable,
+complete, one device class, no failed rows (unless forced). :func:`find_baseline` returns the
+folder ``kernelbench compare`` should use as BASE for a device class.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from kernelbench.results import ENV_FILE, RESULTS_FILE, SchemaError, read_rows
+
+DEFAULT_DIR = Path("reports/baselines")
+
+
+class BaselineError(ValueError):
+    """A run that cannot become a baseline (the message says why)."""
+
+
+def sanitize(device_class: str) -> str:
+    """A device class as one safe path component: ``cuda-NVIDIA H200`` -> ``cuda-NVIDIA_H200``."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", device_class).strip("._")
+    if not name:
+        raise BaselineError(f"device class {device_class!r} gives no usable folder name")
+    return name
+
+
+def _run_rows(run_dir: Path) -> list[dict]:
+    results = run_dir / RESULTS_FILE
+    if not results.is_file():
+        raise BaselineError(f"{results}: no such file")
+    try:
+        text = results.read_text(encoding="utf-8")
+        rows = read_rows(results)
+    except (OSError, UnicodeDecodeError, SchemaError) as exc:
+        raise BaselineError(f"{results}: not usable results ({exc})") from None
+    if len(rows) != sum(1 for ln in text.splitlines() if ln.strip()):
+        raise BaselineError(f"{results}: the last line is not JSON (an interrupted run?)")
+    if not rows:
+        raise BaselineError(f"{results}: no result rows")
+    return rows
+
+
+def _copy_atomic(src: Path, dest: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def update_baseline(
+    run_dir: Path,
+    baselines_dir: Path = DEFAULT_DIR,
+    name: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Make the run in ``run_dir`` the baseline of its device class; returns the folder.
+
+    The folder is ``baselines_dir / sanitize(device_class)``, or ``baselines_dir / name`` when
+    ``name`` is given (then :func:`find_baseline` does not find it by device class). A run with
+    failed rows is refused unless ``force``; a run spanning several device classes is always
+    refused (run each class separately). A run without ``env.json`` replaces the baseline's
+    ``env.json`` by nothing, so the two files always come from one run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BaselineError(f"{run_dir}: not a run directory")
+    rows = _run_rows(run_dir)
+    classes = sorted({str(r["device_class"]) for r in rows})
+    if len(classes) != 1:
+        raise BaselineError(f"{run_dir}: rows of several device classes {classes}; one per run")
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed and not force:
+        first = failed[0]
+        raise BaselineError(
+            f"{run_dir}: {len(failed)} failed row(s), e.g. {first['backend']}/{first['method']} "
+            f"{first['layer']} d={first['d_model']}: {first.get('reason', '')}; "
+            "fix them or force"
+        )
+    dest = Path(baselines_dir) / (sanitize(name) if name else sanitize(classes[0]))
+    dest.mkdir(parents=True, exist_ok=True)
+    _copy_atomic(run_dir / RESULTS_FILE, dest / RESULTS_FILE)
+    env = run_dir / ENV_FILE
+    if env.is_file():
+        _copy_atomic(env, dest / ENV_FILE)
+    else:
+        (dest / ENV_FILE).unlink(missing_ok=True)
+    return dest
+
+
+def find_baseline(device_class: str, baselines_dir: Path = DEFAULT_DIR) -> Path | None:
+    """The kept baseline folder for ``device_class``, or ``None`` when there is none."""
+    try:
+        folder = Path(baselines_dir) / sanitize(device_class)
+    except BaselineError:
+        return None
+    return folder if (folder / RESULTS_FILE).is_file() else None

@@ -1,0 +1,437 @@
+"""The regression gate (kernelbench.compare) and kept baselines (kernelbench.baseline), on
+synthetic runs built from ResultRow."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kernelbench.baseline import BaselineError, find_baseline, sanitize, update_baseline
+from kernelbench.compare import ERROR_EPS, compare_runs, render
+from kernelbench.results import ENV_FILE, RESULTS_FILE, ResultRow
+
+DEVICE_CLASS = "cpu-avx2-2core"
+
+
+def row(method: str, backend: str = "custom", **kw) -> ResultRow:
+    """One ok row of the 175B ffn1 cell; speedup = baseline_ms / median_ms."""
+    median = kw.pop("median_ms", {"fp16": 10.0, "llm_int8": 8.0, "vectorwise": 5.0}[method])
+    baseline = kw.pop("baseline_ms", 10.0)
+    fields = dict(
+        case="gpt3",
+        size="175B",
+        d_model=12288,
+        layer=kw.pop("layer", "ffn1"),
+        tokens=kw.pop("tokens", 512),
+        m=512,
+        k=12288,
+        n=49152,
+        dist="outliers",
+        seed=0,
+        backend=backend,
+        method=method,
+        device="cpu",
+        device_class=kw.pop("device_class", DEVICE_CLASS),
+        dtype="bfloat16",
+        median_ms=median,
+        rel_spread=0.02,
+        samples=20,
+        baseline_ms=baseline,
+        speedup=baseline / median,
+        rel_error=1e-3 if method != "fp16" else 4e-3,
+    )
+    fields.update(kw)
+    return ResultRow(**fields)
+
+
+def standard_rows(**overrides) -> list[ResultRow]:
+    """torch/fp16 (the baseline), custom/llm_int8, custom/vectorwise; ``overrides`` maps a
+    method to a dict of field changes for that row."""
+    rows = [row("fp16", backend="torch"), row("llm_int8"), row("vectorwise")]
+    return [dataclasses.replace(r, **overrides.get(r.method, {})) for r in rows]
+
+
+def write_run(path: Path, rows: list[ResultRow], env: dict | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / RESULTS_FILE).write_text("".join(r.to_json() + "\n" for r in rows), encoding="utf-8")
+    env = {"schema_version": 1, "git_commit": "abc123"} if env is None else env
+    (path / ENV_FILE).write_text(json.dumps(env), encoding="utf-8")
+    return path
+
+
+def slowed(r: ResultRow, factor: float) -> dict:
+    """Field changes that make row ``r`` ``factor`` times slower against the same baseline."""
+    median = r.median_ms * factor
+    return {"median_ms": median, "speedup": r.baseline_ms / median}
+
+
+def snapshot(*dirs: Path) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for d in dirs
+        for p in sorted(Path(d).rglob("*"))
+        if p.is_file()
+    }
+
+
+def by_method(cmp) -> dict[str, object]:
+    return {r.key[5]: r for r in cmp.rows}
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    return write_run(tmp_path / "base", standard_rows())
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+def test_identical_runs_pass(base: Path, tmp_path: Path):
+    new = write_run(tmp_path / "new", standard_rows())
+    before = snapshot(base, new)
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 0
+    assert cmp.problem == ""
+    assert {r.verdict for r in cmp.rows} == {"same"}
+    assert len(cmp.rows) == 3
+    assert all(r.metric == "speedup" and r.change == 0.0 for r in cmp.rows)
+    assert snapshot(base, new) == before
+
+
+def test_slowdown_beyond_tolerance_and_noise_is_caught(base: Path, tmp_path: Path):
+    r = row("llm_int8")
+    new = write_run(tmp_path / "new", standard_rows(llm_int8=slowed(r, 1.30)))
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 1
+    slow = by_method(cmp)["llm_int8"]
+    assert slow.verdict == "slower" and slow.regression
+    assert slow.change == pytest.approx(0.30)
+    assert [x.verdict for x in cmp.rows if x is not slow] == ["same", "same"]
+    assert cmp.rows[0] is slow  # regressions listed first
+    text = render(cmp, "text")
+    assert "custom/llm_int8" in text and "slower" in text and "REGRESSION (exit 1)" in text
+
+
+def test_faster_is_reported_not_failed(base: Path, tmp_path: Path):
+    r = row("vectorwise")
+    new = write_run(tmp_path / "new", standard_rows(vectorwise=slowed(r, 1 / 1.5)))
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 0
+    assert by_method(cmp)["vectorwise"].verdict == "faster"
+
+
+def test_change_inside_the_measured_spread_passes(base: Path, tmp_path: Path):
+    # 20% slower: beyond the 10% tolerance, but each run's spread is 15% (band ~21%+).
+    r = row("llm_int8")
+    noisy = {**slowed(r, 1.20), "rel_spread": 0.15}
+    base = write_run(tmp_path / "noisy_base", standard_rows(llm_int8={"rel_spread": 0.15}))
+    new = write_run(tmp_path / "new", standard_rows(llm_int8=noisy))
+    cmp = compare_runs(base, new)
+    got = by_method(cmp)["llm_int8"]
+    assert got.verdict == "same" and cmp.exit_code == 0
+    # the band combines both runs' row spreads and both baseline-row spreads in quadrature
+    assert got.noise == pytest.approx(math.sqrt(2 * 0.15**2 + 2 * 0.02**2))
+    assert got.band == pytest.approx(got.noise)
+
+
+def test_change_inside_tolerance_passes_even_when_quiet(base: Path, tmp_path: Path):
+    r = row("llm_int8")
+    quiet = {**slowed(r, 1.08), "rel_spread": 0.0}
+    new = write_run(tmp_path / "new", standard_rows(llm_int8=quiet))
+    got = by_method(compare_runs(base, new))["llm_int8"]
+    assert got.verdict == "same" and got.band == pytest.approx(0.10)
+    assert by_method(compare_runs(base, new, speed_tol=0.05))["llm_int8"].verdict == "slower"
+
+
+def test_slower_machine_with_same_speedups_is_same(base: Path, tmp_path: Path):
+    # Everything, the 16-bit baseline included, 2.5x slower: speedups unchanged, no regression.
+    rows = [
+        dataclasses.replace(r, median_ms=r.median_ms * 2.5, baseline_ms=r.baseline_ms * 2.5)
+        for r in standard_rows()
+    ]
+    new = write_run(tmp_path / "new", rows)
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 0 and {r.verdict for r in cmp.rows} == {"same"}
+
+
+def test_without_speedup_falls_back_to_median_and_says_so(tmp_path: Path):
+    no_speedup = {m: {"speedup": None} for m in ("fp16", "llm_int8", "vectorwise")}
+    base = write_run(tmp_path / "base", standard_rows(**no_speedup))
+    r = row("llm_int8")
+    new = write_run(
+        tmp_path / "new",
+        standard_rows(**{**no_speedup, "llm_int8": {**slowed(r, 1.5), "speedup": None}}),
+    )
+    cmp = compare_runs(base, new)
+    got = by_method(cmp)["llm_int8"]
+    assert got.metric == "median_ms" and got.verdict == "slower" and cmp.exit_code == 1
+    assert "median_ms" in got.detail
+    assert "median_ms" in render(cmp, "text")
+
+
+def test_error_increase_is_caught(base: Path, tmp_path: Path):
+    new = write_run(tmp_path / "new", standard_rows(vectorwise={"rel_error": 1.1e-3}))
+    cmp = compare_runs(base, new)
+    got = by_method(cmp)["vectorwise"]
+    assert got.verdict == "error-worse" and cmp.exit_code == 1
+    assert got.error_change == pytest.approx(0.10)
+    assert "error-worse" in render(cmp, "text")
+    # allowed relative growth
+    assert compare_runs(base, new, error_tol=0.2).exit_code == 0
+
+
+def test_error_float_noise_and_improvement_pass(base: Path, tmp_path: Path):
+    tiny = write_run(
+        tmp_path / "tiny", standard_rows(llm_int8={"rel_error": 1e-3 + ERROR_EPS / 10})
+    )
+    assert compare_runs(base, tiny).exit_code == 0
+    better = write_run(tmp_path / "better", standard_rows(llm_int8={"rel_error": 5e-4}))
+    assert compare_runs(base, better).exit_code == 0
+
+
+def test_ok_row_that_fails_is_a_regression(base: Path, tmp_path: Path):
+    failed = {"status": "failed", "reason": "RuntimeError: boom", "median_ms": None}
+    new = write_run(tmp_path / "new", standard_rows(llm_int8=failed))
+    cmp = compare_runs(base, new)
+    got = by_method(cmp)["llm_int8"]
+    assert got.verdict == "failed" and cmp.exit_code == 1 and "boom" in got.detail
+
+
+def test_already_failing_or_skipped_rows_are_unknown(tmp_path: Path):
+    failed = {"status": "failed", "reason": "boom", "median_ms": None, "speedup": None}
+    base = write_run(tmp_path / "base", standard_rows(llm_int8=failed))
+    new = write_run(
+        tmp_path / "new",
+        standard_rows(llm_int8=failed, vectorwise={"status": "skipped", "reason": "budget"}),
+    )
+    cmp = compare_runs(base, new)
+    assert by_method(cmp)["llm_int8"].verdict == "unknown"
+    assert by_method(cmp)["vectorwise"].verdict == "unknown"
+    assert cmp.exit_code == 0
+
+
+def test_new_and_missing_rows_are_reported(base: Path, tmp_path: Path):
+    rows = [r for r in standard_rows() if r.method != "vectorwise"]
+    rows.append(row("llm_int8", layer="ffn2"))
+    new = write_run(tmp_path / "new", rows)
+    cmp = compare_runs(base, new)
+    verdicts = {(r.key[3], r.key[5]): r.verdict for r in cmp.rows}
+    assert verdicts[("ffn1", "vectorwise")] == "missing"
+    assert verdicts[("ffn2", "llm_int8")] == "new"
+    assert cmp.exit_code == 0
+    assert cmp.counts() == {"missing": 1, "new": 1, "same": 2}
+    text = render(cmp, "text")
+    assert "missing" in text and "new" in text
+
+
+def test_resumed_run_last_row_of_a_key_wins(base: Path, tmp_path: Path):
+    failed = dataclasses.replace(row("llm_int8"), status="failed", reason="x", median_ms=None)
+    new = write_run(tmp_path / "new", [failed, *standard_rows()])
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 0 and len(cmp.rows) == 3
+    assert any("repeated key" in n for n in cmp.notes)
+
+
+def test_results_file_path_is_accepted(base: Path, tmp_path: Path):
+    new = write_run(tmp_path / "new", standard_rows())
+    assert compare_runs(base / RESULTS_FILE, new / RESULTS_FILE).exit_code == 0
+
+
+# --- unusable input: exit 2, clear message, nothing written ------------------------------------
+
+
+def _good_lines() -> str:
+    return "".join(r.to_json() + "\n" for r in standard_rows())
+
+
+UNUSABLE = {
+    "malformed": (lambda: _good_lines() + "{not json\n" + row("fp16", "torch").to_json(), "JSON"),
+    "torn last line": (lambda: _good_lines() + '{"case": "gp', "interrupted"),
+    "empty": (lambda: "", "empty"),
+    "blank lines": (lambda: "\n\n  \n", "empty"),
+    "schema mismatch": (
+        lambda: _good_lines().replace('"schema_version": 1', '"schema_version": 2'),
+        "schema_version",
+    ),
+    "missing key field": (lambda: json.dumps({"schema_version": 1, "case": "gpt3"}), "missing"),
+    "non-numeric speedup": (
+        lambda: _good_lines().replace('"speedup": 1.25', '"speedup": "fast"'),
+        "speedup",
+    ),
+    "unknown status": (
+        lambda: _good_lines().replace('"status": "ok"', '"status": "meh"'),
+        "status",
+    ),
+}
+
+
+@pytest.mark.parametrize("which", sorted(UNUSABLE))
+@pytest.mark.parametrize("side", ["base", "new"])
+def test_unusable_results_exit_2(which: str, side: str, base: Path, tmp_path: Path):
+    content, words = UNUSABLE[which]
+    bad = write_run(tmp_path / "bad", standard_rows())
+    (bad / RESULTS_FILE).write_text(content(), encoding="utf-8")
+    before = snapshot(base, bad)
+    cmp = compare_runs(*((bad, base) if side == "base" else (base, bad)))
+    assert cmp.exit_code == 2
+    assert words in cmp.problem and str(bad) in cmp.problem
+    assert cmp.rows == []
+    for fmt in ("text", "markdown", "json"):
+        assert "exit 2" in render(cmp, fmt) or json.loads(render(cmp, fmt))["exit_code"] == 2
+    assert snapshot(base, bad) == before
+
+
+def test_missing_and_undecodable_files_exit_2(base: Path, tmp_path: Path):
+    cmp = compare_runs(base, tmp_path / "nowhere")
+    assert cmp.exit_code == 2 and "no such file" in cmp.problem
+    binary = write_run(tmp_path / "binary", standard_rows())
+    (binary / RESULTS_FILE).write_bytes(b"\xff\xfe\x00garbage")
+    before = snapshot(binary)
+    cmp = compare_runs(base, binary)
+    assert cmp.exit_code == 2 and "unreadable" in cmp.problem
+    assert snapshot(binary) == before
+
+
+@pytest.mark.parametrize(
+    "env_text,words",
+    [("{oops", "not readable JSON"), ("[1, 2]", "JSON object"), ('{"schema_version": 9}', "9")],
+)
+def test_bad_env_json_exit_2(env_text: str, words: str, base: Path, tmp_path: Path):
+    new = write_run(tmp_path / "new", standard_rows())
+    (new / ENV_FILE).write_text(env_text, encoding="utf-8")
+    before = snapshot(base, new)
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 2 and words in cmp.problem and ENV_FILE in cmp.problem
+    assert snapshot(base, new) == before
+
+
+def test_different_device_class_exit_2(base: Path, tmp_path: Path):
+    rows = [dataclasses.replace(r, device_class="cpu-avx512-16core") for r in standard_rows()]
+    new = write_run(tmp_path / "new", rows)
+    before = snapshot(base, new)
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 2
+    assert "device class" in cmp.problem and "cpu-avx512-16core" in cmp.problem
+    assert DEVICE_CLASS in cmp.problem
+    assert snapshot(base, new) == before
+
+
+def test_bad_tolerances_are_rejected(base: Path):
+    with pytest.raises(ValueError, match="speed_tol"):
+        compare_runs(base, base, speed_tol=-0.1)
+    with pytest.raises(ValueError, match="error_tol"):
+        compare_runs(base, base, error_tol=float("nan"))
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+
+def test_render_all_formats(base: Path, tmp_path: Path):
+    r = row("llm_int8")
+    new = write_run(
+        tmp_path / "new",
+        standard_rows(llm_int8=slowed(r, 1.5), vectorwise={"rel_error": 2e-3}),
+    )
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 1
+
+    text = render(cmp, "text")
+    assert text.splitlines()[-1].startswith("REGRESSION (exit 1): 3 rows")
+    assert "+50.0%" in text and "1.000e-03 -> 2.000e-03" in text
+    assert "git commits" in text
+
+    md = render(cmp, "markdown")
+    assert md.startswith("### kernelbench compare: REGRESSION (exit 1)")
+    assert "| verdict | row |" in md and "|---|" in md
+    assert sum(1 for line in md.splitlines() if line.startswith("| ")) == 1 + 3
+
+    doc = json.loads(render(cmp, "json"))
+    assert doc["exit_code"] == 1 and doc["counts"] == {"error-worse": 1, "slower": 1, "same": 1}
+    slow = next(x for x in doc["rows"] if x["verdict"] == "slower")
+    assert slow["key"]["method"] == "llm_int8" and slow["regression"] is True
+    assert slow["change"] == pytest.approx(0.5)
+
+    ok = compare_runs(base, base)
+    assert render(ok, "text").splitlines()[-1] == "OK (exit 0): 3 rows: 3 same"
+    with pytest.raises(ValueError, match="format"):
+        render(cmp, "html")
+
+
+def test_error_from_zero_renders_as_json(tmp_path: Path):
+    base = write_run(tmp_path / "base", standard_rows(llm_int8={"rel_error": 0.0}))
+    new = write_run(tmp_path / "new", standard_rows(llm_int8={"rel_error": 1e-6}))
+    cmp = compare_runs(base, new)
+    assert by_method(cmp)["llm_int8"].verdict == "error-worse"
+    assert json.loads(render(cmp, "json"))["exit_code"] == 1
+    assert "inf" in render(cmp, "text")
+
+
+# --- baselines --------------------------------------------------------------------------------
+
+
+def test_update_baseline_copies_bytes_and_is_found(base: Path, tmp_path: Path):
+    store = tmp_path / "baselines"
+    assert find_baseline(DEVICE_CLASS, store) is None
+    before = snapshot(base)
+    dest = update_baseline(base, store)
+    assert dest == store / DEVICE_CLASS
+    for f in (RESULTS_FILE, ENV_FILE):
+        assert (dest / f).read_bytes() == (base / f).read_bytes()
+    assert snapshot(base) == before
+    assert find_baseline(DEVICE_CLASS, store) == dest
+    assert compare_runs(dest, base).exit_code == 0
+    # updating again replaces it; no temporary files are left behind
+    newer = write_run(tmp_path / "newer", standard_rows(), env={"schema_version": 1})
+    update_baseline(newer, store)
+    assert (dest / ENV_FILE).read_bytes() == (newer / ENV_FILE).read_bytes()
+    assert sorted(p.name for p in dest.iterdir()) == [ENV_FILE, RESULTS_FILE]
+
+
+def test_update_baseline_refuses_failed_rows_unless_forced(tmp_path: Path):
+    run = write_run(
+        tmp_path / "run", standard_rows(llm_int8={"status": "failed", "reason": "boom"})
+    )
+    store = tmp_path / "baselines"
+    with pytest.raises(BaselineError, match="failed"):
+        update_baseline(run, store)
+    assert find_baseline(DEVICE_CLASS, store) is None
+    assert update_baseline(run, store, force=True) == store / DEVICE_CLASS
+
+
+def test_update_baseline_refuses_unusable_runs(tmp_path: Path):
+    store = tmp_path / "baselines"
+    with pytest.raises(BaselineError, match="not a run directory"):
+        update_baseline(tmp_path / "nowhere", store)
+    mixed = [*standard_rows(), row("llm_int8", device_class="cuda-NVIDIA H200")]
+    with pytest.raises(BaselineError, match="several device classes"):
+        update_baseline(write_run(tmp_path / "mixed", mixed), store)
+    torn = write_run(tmp_path / "torn", standard_rows())
+    with (torn / RESULTS_FILE).open("a") as fh:
+        fh.write('{"case": ')
+    with pytest.raises(BaselineError, match="interrupted"):
+        update_baseline(torn, store)
+    empty = write_run(tmp_path / "empty", [])
+    with pytest.raises(BaselineError, match="no result rows"):
+        update_baseline(empty, store)
+    assert not store.exists() or not any(store.iterdir())
+
+
+def test_baseline_names_are_safe_paths(tmp_path: Path):
+    assert sanitize("cuda-NVIDIA H200") == "cuda-NVIDIA_H200"
+    assert sanitize("../../etc") == "etc"
+    assert "/" not in sanitize("a/b\\c")
+    with pytest.raises(BaselineError):
+        sanitize("..")
+    cuda = [dataclasses.replace(r, device_class="cuda-NVIDIA H200") for r in standard_rows()]
+    store = tmp_path / "baselines"
+    dest = update_baseline(write_run(tmp_path / "gpu", cuda), store)
+    assert dest == store / "cuda-NVIDIA_H200"
+    assert find_baseline("cuda-NVIDIA H200", store) == dest
+    assert find_baseline("..", store) is None
+    named = update_baseline(write_run(tmp_path / "gpu2", cuda), store, name="h200 nightly")
+    assert named == store / "h200_nightly"
