@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from kernelbench.backends import all_backends
@@ -46,6 +58,164 @@ def list_backends() -> None:
         f"{torch.get_num_threads()} threads; CUDA device: "
         f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}"
     )
+
+
+QUICK_SIZES = (768, 1024, 2048)
+QUICK_TOKENS = (256,)
+
+
+def _csv_ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{what} must be a comma list of integers, got {text!r}") from None
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
+
+
+@app.command()
+def run(
+    sizes: str = typer.Option("gpt3", help="A case name, or a comma list of its model dims"),
+    case: str = typer.Option("gpt3", help="Case file (cases/NAME.toml) when --sizes lists dims"),
+    backends: str = typer.Option(None, help="Comma list (default: all)"),
+    methods: str = typer.Option(None, help="Comma list (default: all)"),
+    tokens: str = typer.Option(None, help="Comma list of token counts (default: the case's)"),
+    layer: str = typer.Option(None, help="ffn1 | ffn2 | attn_qkv | attn_out (default: ffn1)"),
+    dist: str = typer.Option(None, help="outliers | gaussian | paper-bench (default: outliers)"),
+    activations: Path = typer.Option(None, help="Your own activations, .pt or .npy (tokens, d)"),
+    device: str = typer.Option("auto", help="cpu | cuda | auto"),
+    out: Path = typer.Option(Path("results/latest"), help="Output directory"),
+    resume: bool = typer.Option(False, help="Skip rows already in OUT/results.jsonl"),
+    quick: bool = typer.Option(False, help="CI-sized subset: d 768,1024,2048 at 256 tokens"),
+    threads: int = typer.Option(None, help="CPU threads (default: torch's default)"),
+    budget: float = typer.Option(None, help="Seconds of timed samples per row"),
+    max_call: float = typer.Option(None, help="Skip rows whose one call is estimated above this"),
+    alpha: float = typer.Option(6.0, help="Outlier threshold (0 = no decomposition)"),
+    outlier_cmp: str = typer.Option(">", help="'>' (paper) or '>=' (bitsandbytes)"),
+    outlier_weights: str = typer.Option("fp16", help="fp16 (paper eq. 8) or int8 (bitsandbytes)"),
+    error_rows: int = typer.Option(512, help="Output rows checked against float64 (sampled)"),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not write report.html"),
+) -> None:
+    """Time every method of every backend on the case's layers, check its error against a
+    float64 oracle, and print the paper's App. D.1 table beside ours."""
+    import sys
+
+    from kernelbench import env as envmod
+    from kernelbench.cases import load_case
+    from kernelbench.console import print_tables
+    from kernelbench.harness import RunOptions, method_pairs, plan, resolve_device, run_items
+    from kernelbench.quant import QuantConfig
+    from kernelbench.results import ENV_FILE, ResultsWriter, load_results
+    from kernelbench.timing import TimerSettings
+
+    if threads:
+        torch.set_num_threads(threads)
+    dims = None
+    if sizes and sizes[0].isdigit():
+        dims = _csv_ints(sizes, "--sizes")
+    else:
+        case = sizes
+    if quick:
+        dims = dims or QUICK_SIZES
+        tokens = tokens or ",".join(map(str, QUICK_TOKENS))
+    try:
+        the_case = load_case(case)
+        dev = resolve_device(device)
+        timer = TimerSettings(
+            budget_s=budget or (0.3 if quick else 3.0), warmup_s=0.05 if quick else 0.2
+        )
+        opts = RunOptions(
+            case=the_case.name,
+            sizes=dims,
+            tokens=_csv_ints(tokens, "--tokens"),
+            layer=layer,
+            dist=dist,
+            backends=_csv(backends),
+            methods=_csv(methods),
+            device=dev.type,
+            cfg=QuantConfig(alpha, outlier_cmp, outlier_weights),
+            timer=timer,
+            max_call_s=max_call or (5.0 if quick else 30.0),
+            error_rows=256 if quick else error_rows,
+            activations=activations,
+        )
+        items = plan(the_case, opts)
+        pairs = method_pairs(opts)
+    except (ValueError, KeyError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    writer = ResultsWriter(out)
+    done = writer.done_keys() if resume else set()
+    if not resume and writer.path.exists():
+        writer.path.unlink()
+    env = envmod.collect(
+        dev,
+        sys.argv[1:],
+        {
+            "seed": the_case.seed,
+            "timer": vars(timer) | {},
+            "max_call_s": opts.max_call_s,
+            "error_rows": opts.error_rows,
+            "quant": vars(opts.cfg) | {},
+        },
+    )
+    (out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+    console.print(
+        f"kernelbench run: {len(items)} cells x {len(pairs)} (backend, method) pairs "
+        f"on {env['device_class']}, {torch.get_num_threads()} threads -> {out}"
+    )
+    total = len(items) * len(pairs)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("starting", total=total)
+        for item, row in run_items(items, the_case, opts, done):
+            writer.append(row)
+            mark = {"ok": "", "skipped": " (skipped)", "failed": " [red](failed)[/red]"}
+            progress.update(
+                task,
+                advance=1,
+                description=f"{item.label} {row.backend}/{row.method}{mark[row.status]}",
+            )
+        progress.update(task, completed=total)
+    df = load_results(out)
+    print_tables(df, console)
+    if not no_report:
+        _write_report([out], None)
+
+
+@app.command()
+def show(run_dir: Path) -> None:
+    """Print the tables of a saved run again."""
+    from kernelbench.console import print_tables
+    from kernelbench.results import SchemaError, load_results
+
+    try:
+        df = load_results(run_dir)
+    except SchemaError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    print_tables(df, console)
+
+
+def _write_report(dirs: list[Path], output: Path | None) -> None:
+    try:
+        from kernelbench.report import write_report
+    except ImportError as exc:
+        console.print(f"[yellow]no report written: {exc}[/yellow]")
+        return
+    path = write_report(dirs, output)
+    console.print(f"report: {path}")
 
 
 def main() -> None:

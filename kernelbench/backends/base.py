@@ -85,6 +85,9 @@ class Runner:
     outlier_cols: int = 0
     #: True when ``run`` returns the exact int32 product rather than the layer output.
     returns_int32: bool = False
+    #: For int32 runners: the int8 operands (a (m, k), b (n, k)) whose exact product ``run``
+    #: must equal.
+    operands: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class Backend:
@@ -181,6 +184,7 @@ class Backend:
                 weight_bytes=pw.out_features * pw.in_features + pw.absmax.numel() * 4,
                 outlier_cols=0,
                 returns_int32=True,
+                operands=(a, pw.int8_columns(torch.arange(pw.in_features, device=a.device))),
             )
         acc = self.int8_matmul(qa.int8, pw)
         outl = self.outlier_product(qa, pw)

@@ -1,0 +1,254 @@
+"""Cases: sweep definitions (``cases/*.toml``) and the inputs they generate.
+
+A case names model sizes (``d_model``), layer shapes in terms of d, and activation
+distributions. :func:`make_inputs` draws a cell's inputs from a seed derived from the case seed
+and the cell, so every run (and every executor) sees the same inputs for the same cell.
+
+Distributions:
+
+``gaussian``     x ~ N(0, 1)
+``paper-bench``  gaussian with 5 columns set to 8.0 (the benchmark behind Table 5)
+``outliers``     App. C Table 4 for the nearest model size: N(0, 1) clipped to [-3.5, 3.5] for
+                 regular dims, plus ``dims`` outlier dims whose values, on the given share of
+                 positions, follow the table's quartiles (one-sided dims keep the quartiles'
+                 sign; the others take a random sign)
+``file:<path>``  the user's activations from a ``.pt`` / ``.npy`` file (data only: never
+                 unpickled), shape (tokens, d) or (..., d)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import tomllib
+import torch
+
+from kernelbench.checks import InputError
+
+DISTRIBUTIONS = ("outliers", "gaussian", "paper-bench")
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    label: str
+    d_model: int
+    outliers: str  # key into the case's outlier_stats
+
+
+@dataclass(frozen=True)
+class OutlierStats:
+    dims: int
+    one_sided: int
+    positions: float
+    quartiles: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    description: str
+    seed: int
+    sizes: tuple[Size, ...]
+    layers: dict[str, tuple[int, int]]  # layer -> (k multiple of d, n multiple of d)
+    default_layer: str
+    default_tokens: tuple[int, ...]
+    default_dist: str
+    outlier_stats: dict[str, OutlierStats]
+    paper_speedup: dict[str, dict[int, float]]
+
+    def size(self, d_model: int) -> Size:
+        for s in self.sizes:
+            if s.d_model == d_model:
+                return s
+        known = ", ".join(str(s.d_model) for s in self.sizes)
+        raise InputError(f"case {self.name!r} has no model dimension {d_model}; known: {known}")
+
+    def shape(self, layer: str, d_model: int) -> tuple[int, int]:
+        """(k, n) of ``layer`` at model dimension ``d_model``."""
+        if layer not in self.layers:
+            raise InputError(f"unknown layer {layer!r}; known: {', '.join(self.layers)}")
+        km, nm = self.layers[layer]
+        return km * d_model, nm * d_model
+
+    def paper_figure(self, method: str, d_model: int, layer: str, tokens: int) -> float | None:
+        """The paper's App. D.1 figure, only for the cell it measured (ffn1, 2048 tokens)."""
+        if layer != "ffn1" or tokens != 2048:
+            return None
+        return self.paper_speedup.get(method, {}).get(d_model)
+
+
+def cases_dir() -> Path:
+    """The copy of ``cases/`` installed inside the package, else a source checkout's."""
+    packaged = Path(str(resources.files("kernelbench") / "cases"))
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "cases"
+
+
+def load_case(name_or_path: str) -> Case:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = cases_dir() / f"{name_or_path}.toml"
+    if not path.exists():
+        available = ", ".join(sorted(p.stem for p in cases_dir().glob("*.toml")))
+        raise InputError(f"no case {name_or_path!r} (looked for {path}); available: {available}")
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    return Case(
+        name=data["name"],
+        description=data.get("description", ""),
+        seed=int(data["seed"]),
+        sizes=tuple(
+            Size(s["name"], s.get("label", s["name"]), int(s["d_model"]), s["outliers"])
+            for s in data["sizes"]
+        ),
+        layers={k: (int(v["k"]), int(v["n"])) for k, v in data["layers"].items()},
+        default_layer=data["default_layer"],
+        default_tokens=tuple(int(t) for t in data["default_tokens"]),
+        default_dist=data["default_dist"],
+        outlier_stats={
+            k: OutlierStats(
+                int(v["dims"]),
+                int(v["one_sided"]),
+                float(v["positions"]),
+                tuple(float(q) for q in v["quartiles"]),
+            )
+            for k, v in data.get("outlier_stats", {}).items()
+        },
+        paper_speedup={
+            method: {int(d): float(s) for d, s in cells.items()}
+            for method, cells in data.get("paper_speedup", {}).items()
+        },
+    )
+
+
+def cell_seed(case: Case, d_model: int, layer: str, tokens: int, dist: str) -> int:
+    """A stable seed per cell (independent of Python's hash randomisation)."""
+    text = f"{case.seed}|{d_model}|{layer}|{tokens}|{dist}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+# --- activations -------------------------------------------------------------------------------
+
+
+def _quartile_sample(gen: torch.Generator, count: int, quartiles) -> torch.Tensor:
+    """Values whose quartiles are ``quartiles``: a piecewise-linear quantile function through
+    (0.25, q1), (0.5, q2), (0.75, q3), extended linearly to 0 and 1 with the outer slopes."""
+    q1, q2, q3 = quartiles
+    u = torch.rand(count, generator=gen, dtype=torch.float64)
+    xs = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0], dtype=torch.float64)
+    ys = torch.tensor([q1 - (q2 - q1), q1, q2, q3, q3 + (q3 - q2)], dtype=torch.float64)
+    idx = torch.clamp(torch.searchsorted(xs, u, right=True) - 1, 0, 3)
+    t = (u - xs[idx]) / (xs[idx + 1] - xs[idx])
+    return ys[idx] + t * (ys[idx + 1] - ys[idx])
+
+
+def outlier_activations(
+    gen: torch.Generator, m: int, k: int, stats: OutlierStats
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x float32 (m, k), the outlier dims) following App. C Table 4 statistics."""
+    x = torch.randn(m, k, generator=gen).clamp_(-3.5, 3.5)
+    dims = torch.randperm(k, generator=gen)[: min(stats.dims, k)]
+    for i, dim in enumerate(dims.tolist()):
+        affected = torch.rand(m, generator=gen) < stats.positions
+        if m and not bool(affected.any()):
+            affected[int(torch.randint(m, (1,), generator=gen))] = True
+        count = int(affected.sum())
+        values = _quartile_sample(gen, count, stats.quartiles).float()
+        if i >= stats.one_sided:  # two-sided dim: random sign per value
+            signs = torch.randint(0, 2, (count,), generator=gen).float() * 2 - 1
+            values = values.abs() * signs
+        x[affected, dim] = values
+    return x, dims.sort().values
+
+
+def load_activation_file(path: Path) -> torch.Tensor:
+    """A user's activations as a float32 (tokens, d) tensor. Data only: ``weights_only`` for
+    ``.pt``, ``allow_pickle=False`` for ``.npy``."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"activation file {path} does not exist")
+    if path.suffix == ".npy":
+        arr = np.load(path, allow_pickle=False)
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    elif path.suffix in (".pt", ".pth"):
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(obj, torch.Tensor):
+            raise InputError(f"{path} must hold one tensor, found {type(obj).__name__}")
+        t = obj
+    else:
+        raise InputError(f"activation file must be .pt or .npy, got {path.suffix!r}")
+    if t.dim() < 2 or t.numel() == 0:
+        raise InputError(
+            f"activations in {path} must be (tokens, d) or (..., d), non-empty; "
+            f"got shape {tuple(t.shape)}"
+        )
+    if not t.is_floating_point():
+        raise InputError(f"activations in {path} must be floating point, got {t.dtype}")
+    t = t.reshape(-1, t.shape[-1]).float()
+    if not bool(torch.isfinite(t).all()):
+        raise InputError(f"activations in {path} contain NaN/Inf")
+    return t
+
+
+@dataclass
+class CellInputs:
+    x: torch.Tensor  # (m, k) in the layer dtype, on the device
+    weight: torch.Tensor  # (n, k)
+    bias: torch.Tensor  # (n,)
+    seed: int
+    planted_outliers: int  # outlier dims the distribution planted (0 for gaussian / files)
+
+
+def make_inputs(
+    case: Case,
+    size: Size,
+    layer: str,
+    tokens: int,
+    dist: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    activations: torch.Tensor | None = None,
+) -> CellInputs:
+    """Fresh random inputs for one cell (never zeros). Weights ~ N(0, 1/k), bias ~ N(0, 0.1)."""
+    k, n = case.shape(layer, size.d_model)
+    seed = cell_seed(case, size.d_model, layer, tokens, dist)
+    gen = torch.Generator().manual_seed(seed)
+    planted = 0
+    if dist == "gaussian":
+        x = torch.randn(tokens, k, generator=gen)
+    elif dist == "paper-bench":
+        x = torch.randn(tokens, k, generator=gen)
+        cols = torch.randperm(k, generator=gen)[:5]
+        x[:, cols] = 8.0
+        planted = min(5, k)
+    elif dist == "outliers":
+        stats = case.outlier_stats[size.outliers]
+        x, dims = outlier_activations(gen, tokens, k, stats)
+        planted = int(dims.numel())
+    elif dist.startswith("file:"):
+        if activations is None:
+            raise InputError("dist 'file:...' needs the activations tensor")
+        if activations.shape[1] != k:
+            raise InputError(
+                f"activations have d={activations.shape[1]}, layer {layer} at "
+                f"d_model={size.d_model} needs in_features={k}"
+            )
+        if activations.shape[0] < tokens:
+            raise InputError(f"activations have {activations.shape[0]} tokens, {tokens} asked")
+        x = activations[:tokens].clone()
+    else:
+        raise InputError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}, file:")
+    weight = torch.randn(n, k, generator=gen) / k**0.5
+    bias = torch.randn(n, generator=gen) * 0.1
+    return CellInputs(
+        x=x.to(dtype).to(device).contiguous(),
+        weight=weight.to(dtype).to(device).contiguous(),
+        bias=bias.to(dtype).to(device),
+        seed=seed,
+        planted_outliers=planted,
+    )

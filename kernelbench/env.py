@@ -1,0 +1,145 @@
+"""The machine, versions and command a run came from (``env.json``) and its device class."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from kernelbench import __version__, cpu_ext
+
+INT8_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_int8",
+    "amx_bf16",
+)
+PEERS = ("bitsandbytes", "torchao", "triton", "numpy", "pandas")
+
+
+def cpu_info() -> dict:
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model in ("unknown", "", "x86_64"):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {
+        "model": model,
+        "flags": sorted(f for f in INT8_FLAGS if f in flags),
+        "cores": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "kernel_isa": cpu_ext.isa(),
+    }
+
+
+def device_class(device: torch.device) -> str:
+    """Groups results that can be compared: ``cpu-<isa>-<cores>core`` or ``cuda-<gpu name>``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda-{torch.cuda.get_device_name(device)}"
+    info = cpu_info()
+    flags = set(info["flags"])
+    isa = (
+        "amx"
+        if "amx_int8" in flags
+        else "avx512vnni"
+        if "avx512_vnni" in flags
+        else ("avx2" if "avx2" in flags else "generic")
+    )
+    return f"cpu-{isa}-{info['cores']}core"
+
+
+def cuda_info(device: torch.device) -> dict | None:
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(device)
+    info = {
+        "device": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "sms": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "cuda_runtime": torch.version.cuda,
+    }
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        driver, sm, mem, sm_max = (v.strip() for v in out.stdout.splitlines()[0].split(","))
+        info.update(driver=driver, sm_clock_mhz=sm, mem_clock_mhz=mem, sm_clock_max_mhz=sm_max)
+    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        info["driver"] = None
+    return info
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in PEERS:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def collect(device: torch.device, argv: list[str], extra: dict | None = None) -> dict:
+    from kernelbench.results import SCHEMA_VERSION
+
+    env = {
+        "schema_version": SCHEMA_VERSION,
+        "command": " ".join(["kernelbench", *argv]),
+        "argv": argv,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "kernelbench": __version__,
+        "git_commit": git_commit(),
+        "device": str(device),
+        "device_class": device_class(device),
+        "cpu": cpu_info(),
+        "threads": torch.get_num_threads(),
+        "cuda": cuda_info(device),
+        "libraries": library_versions(),
+    }
+    env.update(extra or {})
+    return env

@@ -1,0 +1,180 @@
+"""One timer interface: give it a zero-argument callable and a time budget, get raw samples.
+
+The timer takes budgets, not iteration counts (triton's ``do_bench``); when to stop is a small
+pluggable object tested on synthetic numbers (nvbench's stopping criteria); statistics are a
+separate pure function. Two clocks:
+
+* CPU: ``time.perf_counter`` around each call, after warm-up, threads pinned by the caller.
+* CUDA: device events around each call; before every sample the L2 cache is flushed by writing
+  a buffer twice the device's L2 size (outside the timed region); optional CUDA-graph replay to
+  take launch gaps out; the SM clock is read per sample and samples below 90% of the first
+  reading are flagged as throttled. (UNVERIFIED: no GPU in the session that wrote this.)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class TimerSettings:
+    budget_s: float = 5.0  # wall time for the timed samples of one row
+    warmup_s: float = 0.2  # at least one call, then more until this much time has passed
+    min_samples: int = 3
+    max_samples: int = 200
+    target_rel_spread: float = 0.02  # stop once IQR / median is below this (with min_samples)
+    noise_window: int = 5  # the spread is judged on at least this many samples
+    cuda_graph: bool = False
+
+
+@dataclass
+class Stats:
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    mean_ms: float
+    rel_spread: float
+    samples: int
+
+
+def stats(samples_ms: list[float]) -> Stats:
+    """Median, IQR (linear-interpolated quartiles), min, mean and IQR / median."""
+    if not samples_ms:
+        raise ValueError("no samples")
+    s = sorted(samples_ms)
+
+    def q(p: float) -> float:
+        pos = p * (len(s) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    median = q(0.5)
+    iqr = q(0.75) - q(0.25)
+    return Stats(median, iqr, s[0], sum(s) / len(s), iqr / median if median > 0 else 0.0, len(s))
+
+
+class StoppingCriterion:
+    """Decides when enough samples were taken. ``add`` each sample (ms), then ask ``done``."""
+
+    def __init__(self, settings: TimerSettings) -> None:
+        self.settings = settings
+        self.samples: list[float] = []
+        self.elapsed_s = 0.0
+
+    def add(self, sample_ms: float) -> None:
+        self.samples.append(sample_ms)
+        self.elapsed_s += sample_ms / 1e3
+
+    def converged(self) -> bool:
+        st = self.settings
+        n = len(self.samples)
+        if n < max(st.min_samples, st.noise_window):
+            return False
+        return stats(self.samples).rel_spread <= st.target_rel_spread
+
+    def done(self) -> bool:
+        st = self.settings
+        n = len(self.samples)
+        if n >= st.max_samples:
+            return True
+        if n >= 1 and self.elapsed_s >= st.budget_s:
+            return True  # out of time: stop with what we have (at least one sample)
+        return n >= st.min_samples and self.converged()
+
+
+@dataclass
+class Measurement:
+    samples_ms: list[float]
+    throttled: int = 0
+    clocks_mhz: list[float] = field(default_factory=list)
+
+    @property
+    def stats(self) -> Stats:
+        return stats(self.samples_ms)
+
+
+def time_cpu(fn: Callable[[], object], settings: TimerSettings) -> Measurement:
+    """Warm up, then time ``fn`` with perf_counter until the stopping criterion says so."""
+    start = time.perf_counter()
+    fn()
+    while time.perf_counter() - start < settings.warmup_s:
+        fn()
+    criterion = StoppingCriterion(settings)
+    while not criterion.done():
+        t0 = time.perf_counter()
+        fn()
+        criterion.add((time.perf_counter() - t0) * 1e3)
+    return Measurement(criterion.samples)
+
+
+class L2Flusher:
+    """Evicts the L2 cache between samples by writing a buffer twice the device's L2 size."""
+
+    def __init__(self, device: torch.device) -> None:
+        props = torch.cuda.get_device_properties(device)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+        self.bytes = 2 * l2
+        self.buffer = torch.empty(self.bytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.fill_(0x5A)
+
+
+def _sm_clock_mhz(device: torch.device) -> float | None:
+    try:
+        return float(torch.cuda.clock_rate(device))  # needs pynvml / amdsmi
+    except Exception:  # noqa: BLE001 - clocks are informative, never fatal
+        return None
+
+
+def time_cuda(
+    fn: Callable[[], object], settings: TimerSettings, device: torch.device
+) -> Measurement:
+    """Device-event timing with L2 flush outside the timed region (UNVERIFIED on a GPU)."""
+    flush = L2Flusher(device)
+    stream = torch.cuda.current_stream(device)
+    call = fn
+    if settings.cuda_graph:
+        fn()  # warm-up outside capture (allocations, autotuning)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        call = graph.replay
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize(device)
+    while time.perf_counter() - start < settings.warmup_s:
+        call()
+        torch.cuda.synchronize(device)
+    criterion = StoppingCriterion(settings)
+    clocks: list[float] = []
+    throttled = 0
+    first_clock: float | None = None
+    while not criterion.done():
+        flush()
+        begin = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        begin.record(stream)
+        call()
+        end.record(stream)
+        end.synchronize()
+        criterion.add(begin.elapsed_time(end))
+        clock = _sm_clock_mhz(device)
+        if clock is not None:
+            clocks.append(clock)
+            first_clock = first_clock or clock
+            if clock < 0.9 * first_clock:
+                throttled += 1
+    return Measurement(criterion.samples, throttled, clocks)
+
+
+def time_fn(fn: Callable[[], object], settings: TimerSettings, device: torch.device) -> Measurement:
+    if torch.device(device).type == "cuda":
+        return time_cuda(fn, settings, torch.device(device))
+    return time_cpu(fn, settings)
