@@ -21,7 +21,11 @@ from rich.table import Table
 
 from kernelbench.backends import all_backends
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="kernelbench: int8 matmul kernels (LLM.int8()), timed and checked against float64.",
+)
 console = Console()
 
 
@@ -206,6 +210,78 @@ def show(run_dir: Path) -> None:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     print_tables(df, console)
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="One run directory, or two for A/B"),
+    output: Path = typer.Option(None, "-o", "--output", help="HTML file to write"),
+) -> None:
+    """Write a self-contained HTML report (two directories: side by side with ratios)."""
+    if len(run_dirs) not in (1, 2):
+        console.print("[red]error:[/red] give one run directory, or two for an A/B report")
+        raise typer.Exit(2)
+    _write_report(run_dirs, output)
+
+
+@app.command()
+def compare(
+    base: Path,
+    new: Path,
+    speed_tol: float = typer.Option(0.10, help="Relative slowdown allowed beyond the noise"),
+    error_tol: float = typer.Option(0.0, help="Relative growth of rel_error allowed"),
+    fmt: str = typer.Option("text", "--format", help="text | markdown | json"),
+) -> None:
+    """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input)."""
+    from kernelbench.compare import FORMATS, compare_runs, render
+
+    if fmt not in FORMATS:
+        console.print(f"[red]error:[/red] --format must be one of {', '.join(FORMATS)}")
+        raise typer.Exit(2)
+    try:
+        result = compare_runs(base, new, speed_tol, error_tol)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    typer.echo(render(result, fmt), nl=False)
+    raise typer.Exit(result.exit_code)
+
+
+baseline_app = typer.Typer(help="Kept baselines under reports/baselines/<device class>/.")
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.command("update")
+def baseline_update(
+    run_dir: Path,
+    baselines_dir: Path = typer.Option(Path("reports/baselines"), help="Where baselines live"),
+    force: bool = typer.Option(False, help="Accept a run with failed rows"),
+) -> None:
+    """Make RUN_DIR the baseline of its device class (results.jsonl + env.json)."""
+    from kernelbench.baseline import BaselineError, update_baseline
+
+    try:
+        dest = update_baseline(run_dir, baselines_dir, force=force)
+    except BaselineError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"baseline written: {dest}")
+
+
+@baseline_app.command("path")
+def baseline_path(
+    device: str = typer.Option("cpu", help="cpu | cuda"),
+    baselines_dir: Path = typer.Option(Path("reports/baselines"), help="Where baselines live"),
+) -> None:
+    """Print the baseline folder of this machine's device class (exit 1 when there is none)."""
+    from kernelbench.baseline import find_baseline
+    from kernelbench.env import device_class
+
+    found = find_baseline(device_class(torch.device(device)), baselines_dir)
+    if found is None:
+        console.print(f"no baseline for {device_class(torch.device(device))}", style="yellow")
+        raise typer.Exit(1)
+    typer.echo(str(found))
 
 
 def _write_report(dirs: list[Path], output: Path | None) -> None:
