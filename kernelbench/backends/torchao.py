@@ -1,0 +1,149 @@
+"""``torchao`` backend: PyTorch's own int8 dynamic-activation x int8-weight linear, eager.
+
+Written against torchao 0.18.0 (``pip install --no-deps torchao==0.18.0``; no other
+dependencies). The layer is an ``nn.Linear`` in the weight's dtype passed through
+``quantize_(model, Int8DynamicActivationInt8WeightConfig())``: per-row (per-output-channel) int8
+weights, per-token int8 activations quantized on every call, the int8 product by
+``torch._int_mm`` (oneDNN on CPU, measured with ``torch.profiler``: ``aten::_int_mm`` is called),
+then ``* x_scale`` (cast to the output dtype) ``* w_scale + bias``.
+
+Method: ``vectorwise`` only (torchao has no outlier decomposition, and its bare int8 product is
+``torch._int_mm``: the ``torch`` backend's ``int8_raw``). The variant it computes
+(``Runner.variant``), measured against :mod:`kernelbench.quant`:
+
+* symmetric absmax, but the scale is ``absmax / 127.5`` (``(qmax - qmin) / 2`` for int8's
+  [-128, 127]), **computed in the input's dtype** (bf16 here) and then stored as float32, and
+  ``q = clamp(round(x * (1 / scale)), -128, 127)``: -128 can occur, unlike in the paper;
+* the partial result ``acc * x_scale`` is rounded to the output dtype before ``* w_scale``.
+
+``torchao_compile`` (:mod:`kernelbench.backends.torchao_compile`) is the same layer under
+``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+
+import torch
+
+from kernelbench.backends._peers import LazyImport
+from kernelbench.backends.base import Availability, Backend, Runner
+from kernelbench.checks import check_activation, check_weight
+
+_TORCHAO = LazyImport("torchao")
+
+VARIANT = (
+    "torchao Int8DynamicActivationInt8WeightConfig: per-token/per-channel symmetric int8, "
+    "scale = absmax/127.5 in the input dtype, range [-128, 127], torch._int_mm, no decomposition"
+)
+
+
+@cache
+def _smoke_test() -> str:
+    """'' when torchao's int8 linear runs with this torch on CPU, else the reason."""
+    ao = _TORCHAO.load()
+    if ao is None:
+        return _TORCHAO.error
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        lin = torch.nn.Linear(32, 16).to(torch.bfloat16)
+        quantize_(lin, Int8DynamicActivationInt8WeightConfig(set_inductor_config=False))
+        with torch.inference_mode():
+            y = lin(torch.randn(4, 32, dtype=torch.bfloat16))
+        if y.shape != (4, 16) or not torch.isfinite(y).all():
+            return (
+                f"torchao {ao.__version__} int8 linear: wrong result on torch {torch.__version__}"
+            )
+        return ""
+    except Exception as exc:  # noqa: BLE001 - any failure: incompatible with this torch
+        return (
+            f"torchao {getattr(ao, '__version__', '?')} does not run with torch "
+            f"{torch.__version__}: {type(exc).__name__}: {exc}"
+        )
+
+
+def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, set_inductor_config: bool):
+    """An ``nn.Linear`` holding ``weight``/``bias`` (their dtype and device), quantized by
+    torchao's int8 dynamic-activation int8-weight config, in eval mode."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    n, k = weight.shape
+    lin = torch.nn.Linear(k, n, bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        lin.weight.copy_(weight)
+        if bias is not None:
+            lin.bias.copy_(bias)
+    lin.requires_grad_(False)
+    quantize_(lin, Int8DynamicActivationInt8WeightConfig(set_inductor_config=set_inductor_config))
+    return lin.eval()
+
+
+def weight_bytes(lin: torch.nn.Linear) -> int:
+    w = lin.weight
+    total = w.qdata.numel() * w.qdata.element_size() + w.scale.numel() * w.scale.element_size()
+    if lin.bias is not None:
+        total += lin.bias.numel() * lin.bias.element_size()
+    return total
+
+
+class TorchaoBackend(Backend):
+    name = "torchao"
+    methods = ("vectorwise",)
+    compile: bool = False
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        ao = _TORCHAO.load()
+        version = ao.__version__ if ao is not None else "not installed"
+        how = "torch.compile" if self.compile else "eager"
+        return f"torchao {version} int8 dynamic activation x int8 weight ({how}); {VARIANT}"
+
+    def availability(self, device: torch.device) -> Availability:
+        device = torch.device(device)
+        reason = _smoke_test()
+        if reason:
+            return Availability.no(reason)
+        if device.type == "cpu":
+            return Availability.yes()
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                return Availability.no("torch has no CUDA device here (CPU build or no GPU)")
+            return Availability.yes()
+        return Availability.no(f"device type {device.type!r} is not supported")
+
+    def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
+        """``cfg`` and ``kept_rows`` are ignored: torchao has no outlier decomposition."""
+        check_activation(x, weight)
+        check_weight(weight, bias)
+        if method not in self.methods:
+            raise ValueError(f"backend {self.name!r} has no runner for method {method!r}")
+        reason = _smoke_test()
+        if reason:
+            raise RuntimeError(reason)
+        lin = quantized_linear(weight, bias, set_inductor_config=self.compile)
+        fn = lin
+        compile_seconds = None
+        if self.compile:
+            fn = torch.compile(lin)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                fn(x)  # compiles here, outside the timed region
+            if x.is_cuda:
+                torch.cuda.synchronize()
+            compile_seconds = time.perf_counter() - t0
+
+        def run():
+            with torch.inference_mode():
+                return fn(x)
+
+        r = Runner(run=run, weight_bytes=weight_bytes(lin))
+        r.variant = VARIANT + ("; torch.compile" if self.compile else "; eager")
+        if self.compile:
+            # optional attribute: seconds of the first (compiling) call, not part of any timing
+            r.compile_seconds = compile_seconds
+        return r
+
+
+BACKEND = TorchaoBackend()
