@@ -1,0 +1,187 @@
+"""Peer backends (bitsandbytes, torchao) against the float64 oracle, each with the tolerance its
+own variant implies. Skipped per peer when it is not installed (``pip install ".[peers]"``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from kernelbench import oracle, quant
+from kernelbench.backends import all_backends, get_backend
+from kernelbench.backends._peers import PEER_DISTRIBUTIONS, peer_versions
+from kernelbench.quant import QuantConfig
+
+ALPHA = 6.0
+#: bf16 output rounding (relative Frobenius): ~2^-9 / sqrt(3) per element, with margin.
+BF16_TOL = 4e-3
+
+
+def _inputs(m=32, k=64, n=48, seed=0, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).to(dtype)
+    w = (torch.randn(n, k, generator=g) * 0.1).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype)
+    return x, w, b
+
+
+def _with_full_outlier_columns(x: torch.Tensor) -> torch.Tensor:
+    """Outlier columns whose every entry is an outlier (there bitsandbytes' row scale, which
+    leaves out outlier entries, equals ours, which leaves out outlier columns). Column 9 is
+    exactly +-alpha: an outlier under '>=' (bitsandbytes) but not under '>' (the paper)."""
+    x = x.clone()
+    sign = torch.where(torch.arange(x.shape[0]) % 2 == 0, 1.0, -1.0)
+    x[:, 5] = (sign * (ALPHA + 1.5 + torch.arange(x.shape[0]) / 8)).to(x.dtype)
+    x[:, 9] = (sign * ALPHA).to(x.dtype)
+    return x
+
+
+def test_peer_versions():
+    v = peer_versions()
+    assert set(v) == set(PEER_DISTRIBUTIONS)
+    assert v["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert all(isinstance(s, str) and s for s in v.values())
+
+
+@pytest.mark.parametrize("name", ["bitsandbytes", "torchao", "torchao_compile"])
+def test_peer_modules_register(name):
+    """Importing a peer module never fails: it is listed, with a reason when unavailable."""
+    backend = all_backends()[name]
+    assert backend.name == name
+    avail = backend.availability(torch.device("cpu"))
+    assert avail.ok or avail.reason
+    assert isinstance(backend.description, str) and backend.description
+
+
+# --- bitsandbytes -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bnb_backend():
+    pytest.importorskip("bitsandbytes")
+    backend = get_backend("bitsandbytes")
+    assert backend.availability(torch.device("cpu")), backend.availability("cpu").reason
+    return backend
+
+
+def test_bnb_int8_raw_is_exact_on_its_operands(bnb_backend):
+    x, w, b = _inputs()
+    r = bnb_backend.runner("int8_raw", x, w, b, QuantConfig())
+    assert r.returns_int32 and "int8_linear_matmul" in r.variant
+    acc = r.run()
+    pw = bnb_backend.prepare_weight(w, b, QuantConfig())
+    qa = bnb_backend.quantize(x, pw, QuantConfig(0.0))
+    assert torch.equal(acc.long(), oracle.int_product(qa.int8, pw.int8))
+    # its operands are ours up to one unit (reciprocal-then-multiply rounding near ties)
+    xq, x_amax = quant.quantize_rowwise(x)
+    assert (qa.int8.int() - xq.int()).abs().max() <= 1
+    assert torch.equal(qa.absmax, x_amax)
+
+
+def test_bnb_vectorwise_matches_emulate(bnb_backend):
+    x, w, b = _inputs(seed=1)
+    r = bnb_backend.runner("vectorwise", x, w, b, QuantConfig(ALPHA))
+    y = r.run()
+    assert y.dtype == x.dtype and r.outlier_cols == 0
+    ref = oracle.emulate("vectorwise", x, w, b, QuantConfig(ALPHA))
+    assert oracle.rel_frobenius(y, ref) < BF16_TOL
+
+
+def test_bnb_llm_int8_is_the_ge_int8_variant(bnb_backend):
+    x, w, b = _inputs(seed=2)
+    x = _with_full_outlier_columns(x)
+    # asked for the paper's variant: bitsandbytes computes its own (and says so)
+    r = bnb_backend.runner("llm_int8", x, w, b, QuantConfig(ALPHA, ">", "fp16"))
+    assert ">=" in r.variant and "from int8" in r.variant
+    assert r.outlier_cols == 2  # column 9 (exactly alpha) counts under '>='
+    y = r.run()
+    ref_bnb = oracle.emulate("llm_int8", x, w, b, QuantConfig(ALPHA, ">=", "int8"))
+    ref_paper = oracle.emulate("llm_int8", x, w, b, QuantConfig(ALPHA, ">", "fp16"))
+    err_bnb = oracle.rel_frobenius(y, ref_bnb)
+    assert err_bnb < BF16_TOL
+    assert err_bnb < oracle.rel_frobenius(y, ref_paper) / 2
+
+
+def test_bnb_stages_compose_to_run(bnb_backend):
+    x, w, b = _inputs(seed=3)
+    x = _with_full_outlier_columns(x)
+    cfg = QuantConfig(ALPHA)
+    r = bnb_backend.runner("llm_int8", x, w, b, cfg)
+    assert set(r.stages) == {"quantize", "int8_matmul", "dequantize", "outlier_product"}
+    for stage in r.stages.values():
+        stage()
+    pw = bnb_backend.prepare_weight(w, b, cfg)
+    y = bnb_backend.linear(x, pw, cfg)
+    assert torch.equal(y, r.run())
+
+
+def test_bnb_llm_int8_partial_outlier_columns_close_to_oracle(bnb_backend):
+    """Outliers in a few entries only: bitsandbytes' row scale keeps the small entries of the
+    outlier columns, so it is not bit-comparable to ours; its error stays of the same size."""
+    x, w, b = _inputs(m=64, seed=4)
+    x[3, 7], x[10, 20], x[40, 7] = 9.0, -7.5, 6.5
+    cfg = QuantConfig(ALPHA, ">=", "int8")
+    y = bnb_backend.runner("llm_int8", x, w, b, cfg).run()
+    exact = oracle.exact(x, w, b)
+    emul = oracle.rel_frobenius(oracle.emulate("llm_int8", x, w, b, cfg), exact)
+    assert oracle.rel_frobenius(y, exact) < 1.5 * emul + BF16_TOL
+
+
+# --- torchao ----------------------------------------------------------------------------------
+
+
+def _torchao_emulate(x, w, b):
+    """torchao's variant in float64: scale = absmax / 127.5 rounded to the input dtype, q in
+    [-128, 127] (see kernelbench/backends/torchao.py)."""
+
+    def q(t):
+        s = (t.abs().amax(1, keepdim=True) / 127.5).to(t.dtype).double()
+        return (t.double() * (1 / s)).round().clamp(-128, 127), s
+
+    xq, xs = q(x)
+    wq, ws = q(w)
+    return (xq @ wq.T) * xs * ws.T + b.double()
+
+
+@pytest.fixture(scope="module")
+def torchao_backend():
+    pytest.importorskip("torchao")
+    backend = get_backend("torchao")
+    avail = backend.availability(torch.device("cpu"))
+    if not avail:
+        pytest.skip(avail.reason)
+    return backend
+
+
+def test_torchao_vectorwise(torchao_backend):
+    x, w, b = _inputs(seed=5)
+    r = torchao_backend.runner("vectorwise", x, w, b, QuantConfig())
+    assert "127.5" in r.variant
+    y = r.run()
+    assert y.dtype == x.dtype
+    assert oracle.rel_frobenius(y, _torchao_emulate(x, w, b)) < BF16_TOL
+    exact = oracle.exact(x, w, b)
+    emul = oracle.rel_frobenius(oracle.emulate("vectorwise", x, w, b, QuantConfig()), exact)
+    assert oracle.rel_frobenius(y, exact) < 1.5 * emul + BF16_TOL
+    assert r.weight_bytes == w.numel() + w.shape[0] * 4 + b.numel() * 2
+
+
+def test_torchao_rejects_other_methods(torchao_backend):
+    x, w, b = _inputs()
+    assert not torchao_backend.supports("llm_int8", torch.device("cpu"), x.dtype, 32, 64, 48)
+    with pytest.raises(ValueError):
+        torchao_backend.runner("llm_int8", x, w, b, QuantConfig())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("KERNELBENCH_TEST_COMPILE") != "1",
+    reason="torch.compile on CPU takes ~75 s cold here; set KERNELBENCH_TEST_COMPILE=1",
+)
+def test_torchao_compile(torchao_backend):
+    x, w, b = _inputs(seed=6)
+    r = get_backend("torchao_compile").runner("vectorwise", x, w, b, QuantConfig())
+    assert r.compile_seconds > 0
+    y = r.run()
+    assert oracle.rel_frobenius(y, _torchao_emulate(x, w, b)) < BF16_TOL
