@@ -103,6 +103,8 @@ def run(
     outlier_weights: str = typer.Option("fp16", help="fp16 (paper eq. 8) or int8 (bitsandbytes)"),
     error_rows: int = typer.Option(512, help="Output rows checked against float64 (sampled)"),
     no_report: bool = typer.Option(False, "--no-report", help="Do not write report.html"),
+    executor: str = typer.Option("local", help="local | ray"),
+    address: str = typer.Option(None, help="Ray cluster address HOST:PORT (--executor ray)"),
 ) -> None:
     """Time every method of every backend on the case's layers, check its error against a
     float64 oracle, and print the paper's App. D.1 table beside ours."""
@@ -111,7 +113,8 @@ def run(
     from kernelbench import env as envmod
     from kernelbench.cases import load_case
     from kernelbench.console import print_tables
-    from kernelbench.harness import RunOptions, method_pairs, plan, resolve_device, run_items
+    from kernelbench.executors import get_executor
+    from kernelbench.harness import RunOptions, method_pairs, plan, resolve_device
     from kernelbench.quant import QuantConfig
     from kernelbench.results import ENV_FILE, ResultsWriter, load_results
     from kernelbench.timing import TimerSettings
@@ -149,6 +152,7 @@ def run(
         )
         items = plan(the_case, opts)
         pairs = method_pairs(opts)
+        runner = get_executor(executor, address=address)
     except (ValueError, KeyError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -183,7 +187,7 @@ def run(
         console=console,
     ) as progress:
         task = progress.add_task("starting", total=total)
-        for item, row in run_items(items, the_case, opts, done):
+        for item, row in runner.run(items, the_case, opts, done):
             writer.append(row)
             mark = {"ok": "", "skipped": " (skipped)", "failed": " [red](failed)[/red]"}
             progress.update(

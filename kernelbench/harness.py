@@ -285,14 +285,3 @@ def _stamp(row: ResultRow) -> ResultRow:
 
 def load_user_activations(opts: RunOptions) -> torch.Tensor | None:
     return load_activation_file(opts.activations) if opts.activations else None
-
-
-def run_items(
-    items: list[WorkItem], case: Case, opts: RunOptions, done: set[tuple]
-) -> Iterator[tuple[WorkItem, ResultRow]]:
-    """The local executor: cells in order, rows streamed back as measured."""
-    estimator = CallEstimator()
-    activations = load_user_activations(opts)
-    for item in items:
-        for row in measure_cell(item, case, opts, estimator, done, activations):
-            yield item, row

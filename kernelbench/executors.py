@@ -1,0 +1,67 @@
+"""Executors run the harness's work items and stream result rows back.
+
+The harness (:mod:`kernelbench.harness`) turns a case into :class:`WorkItem` s and knows how to
+measure one; an executor decides where and in which order items run. ``local`` (the default)
+measures them in this process, in order. Other executors register themselves in
+:data:`EXECUTORS` by module path, so the harness never imports them unless asked.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Protocol
+
+from kernelbench.cases import Case
+from kernelbench.harness import (
+    CallEstimator,
+    RunOptions,
+    WorkItem,
+    load_user_activations,
+    measure_cell,
+)
+from kernelbench.results import ResultRow
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(
+        self, items: list[WorkItem], case: Case, opts: RunOptions, done: set[tuple]
+    ) -> Iterator[tuple[WorkItem, ResultRow]]:
+        """Yield (item, row) as rows are measured; rows whose key is in ``done`` are skipped."""
+        ...
+
+
+class LocalExecutor:
+    """Cells in order, in this process; rows streamed back as measured."""
+
+    name = "local"
+
+    def __init__(self, **_: object) -> None:
+        pass
+
+    def run(self, items, case, opts, done):
+        estimator = CallEstimator()
+        activations = load_user_activations(opts)
+        for item in items:
+            for row in measure_cell(item, case, opts, estimator, done, activations):
+                yield item, row
+
+
+#: name -> "module:Class"; loaded on demand.
+EXECUTORS = {
+    "local": "kernelbench.executors:LocalExecutor",
+    "ray": "kernelbench.ray_executor:RayExecutor",
+}
+
+
+def get_executor(name: str, **kwargs: object) -> Executor:
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
+    module_name, cls_name = EXECUTORS[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"executor {name!r} is not available: {exc}") from None
+    return getattr(module, cls_name)(**kwargs)
