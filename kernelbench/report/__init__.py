@@ -1,0 +1,153 @@
+"""Self-contained HTML reports of kernelbench runs.
+
+``write_report([DIR])`` renders one run to ``DIR/report.html``; ``write_report([A, B])``
+compares two runs cell by cell (median time B / A) into ``B/compare.html``. The page needs no
+network: inline CSS, no scripts, plots embedded as PNG data URIs, and a Content-Security-Policy
+that forbids loading anything else. Every string taken from results or env.json is escaped by
+jinja2's autoescape.
+
+Layers: :mod:`.data` (loading, selection), :mod:`.tables` (pivots), :mod:`.plots` (figures),
+``template.html.j2`` (markup). Nothing here times anything.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from kernelbench import __version__
+from kernelbench.report import data, plots, tables
+from kernelbench.results import KEY_COLUMNS
+
+__all__ = ["write_report", "render_report"]
+
+TEMPLATE = "template.html.j2"
+
+
+def write_report(run_dirs: list[Path], output: Path | None = None) -> Path:
+    """Write the report of one run, or the A/B comparison of two, and return its path.
+
+    One directory: ``<dir>/report.html`` unless ``output`` is given. Two directories (A, B):
+    per-cell ratios B / A, written to ``output`` or ``<second dir>/compare.html``.
+    """
+    dirs = [Path(d) for d in run_dirs]
+    if len(dirs) not in (1, 2):
+        raise ValueError(f"a report takes one or two run directories, got {len(dirs)}")
+    runs = [data.load_run(d) for d in dirs]
+    default = "report.html" if len(runs) == 1 else "compare.html"
+    out = Path(output) if output is not None else runs[-1].path / default
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_report(runs), encoding="utf-8")
+    return out
+
+
+def render_report(runs: list[data.Run]) -> str:
+    context = _single(runs[0]) if len(runs) == 1 else _compare(runs[0], runs[1])
+    context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    context["version"] = __version__
+    return _template().render(**context)
+
+
+def _template() -> jinja2.Template:
+    # autoescape=True, not select_autoescape(): the template's name ends in ".j2", which
+    # select_autoescape would not treat as HTML.
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    source = resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
+    return env.from_string(source)
+
+
+def _run_info(run: data.Run, label: str) -> dict:
+    return {
+        "label": label,
+        "path": str(run.path),
+        "command": run.command,
+        "env": data.flat_env(run.env),
+        "n_rows": len(run.rows),
+        "n_ok": len(run.ok),
+        "device_classes": sorted(str(c) for c in run.rows["device_class"].unique()),
+    }
+
+
+def _peak_lines(peaks: dict[str, dict]) -> list[str]:
+    return [
+        f"{kind}: {p['tops']:g} TOPS ({p['source']}{', ' + p['note'] if p['note'] else ''})"
+        for kind, p in sorted(peaks.items())
+    ]
+
+
+def _single(run: data.Run) -> dict:
+    groups = []
+    for device_class, ok in sorted(run.ok.groupby("device_class"), key=lambda kv: str(kv[0])):
+        layer, tokens = data.main_cell(ok)
+        cell = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)]
+        peaks = data.peaks(run.env, str(device_class))
+        figures = [
+            plots.speedup_vs_dmodel(ok, layer, tokens),
+            plots.speedup_vs_tokens(ok, layer),
+            plots.stage_bars(ok, layer, tokens),
+            plots.error_vs_dmodel(ok, layer, tokens),
+            plots.memory_bars(ok, layer),
+        ]
+        groups.append(
+            {
+                "device_class": str(device_class),
+                "layer": layer,
+                "tokens": tokens,
+                "speedup": tables.speedup_grids(cell, layer, tokens),
+                "tops": tables.tops_grids(cell, peaks),
+                "peaks": _peak_lines(peaks),
+                "memory": tables.memory_grid(cell),
+                "figures": [f for f in figures if f is not None],
+            }
+        )
+    return {
+        "mode": "single",
+        "title": f"kernelbench report: {run.path.name}",
+        "runs": [_run_info(run, "run")],
+        "groups": groups,
+        "problems": [{"run": "run", **p} for p in tables.problem_rows(run.not_ok)],
+    }
+
+
+def _compare(a: data.Run, b: data.Run) -> dict:
+    classes_a, classes_b = set(a.ok["device_class"]), set(b.ok["device_class"])
+    one_each = len(classes_a) == 1 and len(classes_b) == 1 and classes_a != classes_b
+    # Two single-machine runs on different machines: compare cell for cell across them.
+    keys = [c for c in KEY_COLUMNS if not (one_each and c == "device_class")]
+    pairs = tables.paired(a.ok, b.ok, keys)
+    groups = []
+    if one_each:
+        label = f"A: {next(iter(classes_a))} · B: {next(iter(classes_b))}"
+        by_class = [(label, pairs)]
+    else:
+        by_class = sorted(pairs.groupby("device_class"), key=lambda kv: str(kv[0]))
+    for label, df in by_class:
+        layer, tokens = data.main_cell(df)
+        if layer is None:
+            continue
+        figure = plots.ratio_vs_dmodel(df, layer, tokens)
+        groups.append(
+            {
+                "device_class": str(label),
+                "layer": layer,
+                "tokens": tokens,
+                "ratio": tables.ratio_grids(df, layer, tokens),
+                "figures": [figure] if figure is not None else [],
+            }
+        )
+    problems = [{"run": "A", **p} for p in tables.problem_rows(a.not_ok)]
+    problems += [{"run": "B", **p} for p in tables.problem_rows(b.not_ok)]
+    return {
+        "mode": "compare",
+        "title": f"kernelbench A/B: {a.path.name} vs {b.path.name}",
+        "runs": [_run_info(a, "A"), _run_info(b, "B")],
+        "groups": groups,
+        "unmatched": tables.unmatched_rows(a.ok, b.ok, keys),
+        "unmatched_keys": keys,
+        "problems": problems,
+    }

@@ -1,0 +1,161 @@
+"""What a report is built from: runs loaded from disk, labels, and which rows make the main table.
+
+No timing here and no HTML: this module only reads ``results.jsonl`` / ``env.json`` and
+answers questions about them (which layer and token count is the App. D.1 cell, which device
+peak applies to a method). Rendering lives in :mod:`.tables`, :mod:`.plots` and the template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from kernelbench.results import load_env, load_results
+
+#: The paper's App. D.1 rows in the paper's order, then anything else alphabetically.
+#: (Kept here rather than imported from ``kernelbench.backends`` so a report needs no torch.)
+METHOD_ORDER: tuple[str, ...] = (
+    "fp16",
+    "int8_raw",
+    "absmax_torch",
+    "vectorwise_torch",
+    "vectorwise",
+    "llm_int8",
+    "fp32",
+)
+
+#: The paper's wording of each row of App. D.1 Table 5.
+METHOD_LABELS: dict[str, str] = {
+    "fp16": "16-bit baseline",
+    "int8_raw": "int8 without overhead",
+    "absmax_torch": "absmax, PyTorch + NVIDIA",
+    "vectorwise_torch": "vector-wise, PyTorch + NVIDIA",
+    "vectorwise": "vector-wise (custom kernels)",
+    "llm_int8": "LLM.int8() (vector-wise + decomp)",
+    "fp32": "fp32",
+}
+
+#: Per-stage timing fields of ``stages_ms``, in pipeline order.
+STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_product")
+
+#: App. D.1 measured the first FFN layer at (most likely) 2048 tokens.
+PAPER_LAYER = "ffn1"
+PAPER_TOKENS = 2048
+
+PEAK_SOURCES = ("measured", "datasheet")
+
+
+@dataclass
+class Run:
+    """One run directory: its rows (all statuses) and its env.json (``{}`` when absent)."""
+
+    path: Path
+    rows: pd.DataFrame
+    env: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.rows[self.rows["status"] == "ok"]
+
+    @property
+    def not_ok(self) -> pd.DataFrame:
+        return self.rows[self.rows["status"] != "ok"]
+
+    @property
+    def command(self) -> str:
+        cmd = self.env.get("command")
+        if cmd:
+            return str(cmd)
+        argv = self.env.get("argv")
+        return " ".join(str(a) for a in argv) if argv else "(not recorded)"
+
+
+def load_run(path: Path) -> Run:
+    path = Path(path)
+    run_dir = path if path.is_dir() else path.parent
+    rows = load_results(path)
+    for col, default in (("stages_ms", None), ("reason", ""), ("size", "")):
+        if col not in rows.columns:
+            rows[col] = default
+    return Run(run_dir, rows, load_env(run_dir))
+
+
+def method_sort_key(method: str) -> tuple[int, str]:
+    try:
+        return (METHOD_ORDER.index(method), method)
+    except ValueError:
+        return (len(METHOD_ORDER), method)
+
+
+def sorted_methods(methods) -> list[str]:
+    return sorted(set(methods), key=method_sort_key)
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def main_cell(ok: pd.DataFrame) -> tuple[str | None, int | None]:
+    """The (layer, tokens) that the App. D.1 table shows: the paper's ffn1 at 2048 tokens when
+    measured, else the most measured layer and the largest token count run for it."""
+    if ok.empty:
+        return None, None
+    layers = ok["layer"].value_counts()
+    layer = PAPER_LAYER if PAPER_LAYER in layers.index else str(layers.index[0])
+    tokens = ok.loc[ok["layer"] == layer, "tokens"]
+    tok = PAPER_TOKENS if (tokens == PAPER_TOKENS).any() else int(tokens.max())
+    return layer, tok
+
+
+def sizes(df: pd.DataFrame) -> list[tuple[int, str]]:
+    """(d_model, size name) pairs in order of d_model."""
+    pairs = df[["d_model", "size"]].drop_duplicates("d_model").sort_values("d_model")
+    return [(int(d), str(s)) for d, s in pairs.itertuples(index=False)]
+
+
+def peak_kind(method: str) -> str:
+    """Which device peak bounds a method: its own dtype's for the baselines, int8 otherwise."""
+    return {"fp16": "16bit", "fp32": "fp32"}.get(method, "int8")
+
+
+def peaks(env: dict, device_class: str) -> dict[str, dict]:
+    """Device peaks from env.json, keyed by kind (``int8``, ``16bit``, ``fp32``).
+
+    Read from ``env["peak"]``: ``{kind: {"tops": float, "source": "measured" | "datasheet",
+    "note": str, "device_class": str (optional: applies to that class only)}}``. Entries without
+    a positive ``tops`` or with another source are ignored: a report never guesses a peak.
+    """
+    found: dict[str, dict] = {}
+    raw = env.get("peak")
+    if not isinstance(raw, dict):
+        return found
+    for kind, entry in raw.items():
+        if not isinstance(entry, dict):
+            continue
+        tops, source = entry.get("tops"), entry.get("source")
+        if not isinstance(tops, (int, float)) or tops <= 0 or source not in PEAK_SOURCES:
+            continue
+        if entry.get("device_class") not in (None, device_class):
+            continue
+        found[str(kind)] = {
+            "tops": float(tops),
+            "source": source,
+            "note": str(entry.get("note", "")),
+        }
+    return found
+
+
+def flat_env(env: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """env.json as (dotted key, text) pairs for a key/value table."""
+    items: list[tuple[str, str]] = []
+    for key, value in env.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            items.extend(flat_env(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            items.append((name, " ".join(str(v) for v in value)))
+        else:
+            items.append((name, "" if value is None else str(value)))
+    return items

@@ -1,0 +1,267 @@
+"""Figures of a report: seaborn / matplotlib on the Agg canvas, returned as PNG data URIs.
+
+Figures are built with :class:`matplotlib.figure.Figure` and an explicit Agg canvas, never
+through pyplot, so making a report changes no global matplotlib state (backend, rcParams) of
+the caller. Every function takes the rows to draw and returns a :class:`Figure` or ``None``
+when there is nothing to draw.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure as MplFigure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from kernelbench.report import data
+
+DPI = 80
+PANEL_W, PANEL_H = 4.6, 3.4
+
+
+@dataclass
+class Figure:
+    title: str
+    caption: str
+    uri: str  # data:image/png;base64,...
+
+
+def _palette(methods) -> dict[str, tuple]:
+    """One colour per method, the same in every figure of a report."""
+    names = data.sorted_methods([*data.METHOD_ORDER, *methods])
+    colours = sns.color_palette("tab10", 10) + sns.color_palette("Set2", 8)
+    return {m: colours[i % len(colours)] for i, m in enumerate(names)}
+
+
+def _new(n_panels: int, wrap: int = 3, sharey: bool = True, h: float = PANEL_H):
+    ncols = max(1, min(n_panels, wrap))
+    nrows = math.ceil(n_panels / ncols)
+    fig = MplFigure(figsize=(PANEL_W * ncols, h * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, list(axes[:n_panels])
+
+
+def _encode(fig: MplFigure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _dmodel_axis(ax, dims: list[int]) -> None:
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(dims))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(d) for d in dims], rotation=45, fontsize=8)
+    ax.set_xlabel("model dimension d")
+
+
+def _style():
+    return sns.axes_style("whitegrid")
+
+
+def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
+    """Speedup over 16-bit vs d_model: one line per method, one panel per backend; the paper's
+    App. D.1 figures as crosses in the method's colour."""
+    df = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["speedup"])
+    if df.empty:
+        return None
+    backends = sorted(df["backend"].unique())
+    colours = _palette(df["method"])
+    dims = sorted(int(d) for d in df["d_model"].unique())
+    with _style():
+        fig, axes = _new(len(backends))
+        for ax, backend in zip(axes, backends, strict=True):
+            sub = df[df["backend"] == backend]
+            for method in data.sorted_methods(sub["method"]):
+                m = sub[sub["method"] == method].groupby("d_model").median(numeric_only=True)
+                ax.plot(m.index, m["speedup"], marker="o", color=colours[method], label=method)
+                ref = m["paper_speedup"].dropna() if "paper_speedup" in m else pd.Series()
+                if not ref.empty:
+                    ax.scatter(ref.index, ref, marker="x", color=colours[method], s=30)
+            ax.axhline(1.0, color="black", lw=0.8, ls=":")
+            _dmodel_axis(ax, dims)
+            ax.set_title(f"backend {backend}")
+            ax.set_ylabel("speedup over 16-bit")
+            ax.legend(fontsize=7, title="method (x: paper)", title_fontsize=7)
+        uri = _encode(fig)
+    return Figure(
+        "Speedup over 16-bit vs model dimension",
+        f"layer {layer}, {tokens} tokens; dotted line: the 16-bit baseline; crosses: the "
+        "paper's App. D.1 figure",
+        uri,
+    )
+
+
+def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
+    """Speedup vs token count, one panel per model size, one line per backend · method;
+    only when several token counts were run."""
+    df = ok[ok["layer"] == layer].dropna(subset=["speedup"])
+    if df["tokens"].nunique() < 2:
+        return None
+    sizes = data.sizes(df)
+    colours = _palette(df["method"])
+    styles = dict(zip(sorted(df["backend"].unique()), ["-", "--", "-.", ":"] * 4, strict=False))
+    with _style():
+        fig, axes = _new(len(sizes), wrap=4)
+        for ax, (d, name) in zip(axes, sizes, strict=True):
+            sub = df[df["d_model"] == d]
+            for (backend, method), g in sorted(sub.groupby(["backend", "method"])):
+                g = g.groupby("tokens")["speedup"].median()
+                ax.plot(
+                    g.index,
+                    g.values,
+                    marker="o",
+                    ms=3,
+                    ls=styles[backend],
+                    color=colours[method],
+                    label=f"{backend} · {method}",
+                )
+            ax.axhline(1.0, color="black", lw=0.8, ls=":")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{name} (d={d})", fontsize=9)
+            ax.set_xlabel("tokens")
+            ax.set_ylabel("speedup over 16-bit")
+        legend = {}
+        for ax in axes:  # every backend · method once, whichever panel drew it
+            for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(name, handle)
+        fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
+        uri = _encode(fig)
+    return Figure("Speedup vs tokens", f"layer {layer}; line style: backend", uri)
+
+
+def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
+    """Stacked bar of median time per stage, per backend · method, one panel per size; the
+    black tick is the whole method's median (stages are timed separately)."""
+    df = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)]
+    df = df[df["stages_ms"].map(lambda s: isinstance(s, dict) and bool(s))]
+    if df.empty:
+        return None
+    stage_colours = dict(
+        zip(data.STAGES, sns.color_palette("muted", len(data.STAGES)), strict=True)
+    )
+    sizes = data.sizes(df)
+    labels = sorted(
+        {(b, m) for b, m in zip(df["backend"], df["method"], strict=True)},
+        key=lambda bm: (bm[0], data.method_sort_key(bm[1])),
+    )
+    with _style():
+        fig, axes = _new(len(sizes), wrap=3, sharey=False, h=0.35 * len(labels) + 1.4)
+        for ax, (d, name) in zip(axes, sizes, strict=True):
+            sub = df[df["d_model"] == d]
+            for y, (backend, method) in enumerate(labels):
+                rows = sub[(sub["backend"] == backend) & (sub["method"] == method)]
+                if rows.empty:
+                    continue
+                rec = rows.iloc[0]
+                left = 0.0
+                for stage in data.STAGES:
+                    width = float(rec["stages_ms"].get(stage) or 0.0)
+                    ax.barh(y, width, left=left, color=stage_colours[stage])
+                    left += width
+                if pd.notna(rec.get("median_ms")):
+                    ax.plot([rec["median_ms"]] * 2, [y - 0.4, y + 0.4], color="black", lw=1.5)
+            ax.set_yticks(range(len(labels)))
+            ax.set_yticklabels([f"{b} · {m}" for b, m in labels], fontsize=7)
+            ax.invert_yaxis()
+            ax.set_title(f"{name} (d={d})", fontsize=9)
+            ax.set_xlabel("ms")
+        handles = [Patch(color=c, label=s) for s, c in stage_colours.items()]
+        axes[0].legend(handles=handles, fontsize=7, loc="lower right")
+        uri = _encode(fig)
+    return Figure(
+        "Time per stage",
+        f"layer {layer}, {tokens} tokens; median ms per stage; black tick: the whole method",
+        uri,
+    )
+
+
+def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
+    """Relative error vs d_model per method, one panel per backend; the dashed black line is
+    the 16-bit baseline's error on the same inputs."""
+    df = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["rel_error"])
+    df = df[df["rel_error"] > 0]
+    if df.empty:
+        return None
+    backends = sorted(df["backend"].unique())
+    colours = _palette(df["method"])
+    dims = sorted(int(d) for d in df["d_model"].unique())
+    with _style():
+        fig, axes = _new(len(backends))
+        for ax, backend in zip(axes, backends, strict=True):
+            sub = df[df["backend"] == backend]
+            for method in data.sorted_methods(sub["method"]):
+                m = sub[sub["method"] == method].groupby("d_model")["rel_error"].median()
+                ax.plot(m.index, m.values, marker="o", color=colours[method], label=method)
+            base = sub.groupby("d_model")["baseline_rel_error"].median().dropna()
+            base = base[base > 0]
+            if not base.empty:
+                ax.plot(base.index, base.values, color="black", ls="--", label="16-bit baseline")
+            ax.set_yscale("log")
+            _dmodel_axis(ax, dims)
+            ax.set_title(f"backend {backend}")
+            ax.set_ylabel("relative error (Frobenius)")
+            ax.legend(fontsize=7)
+        uri = _encode(fig)
+    return Figure(
+        "Error vs model dimension",
+        f"layer {layer}, {tokens} tokens; error against the float64 product",
+        uri,
+    )
+
+
+def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
+    """Weight MiB per method and size beside the 16-bit weights of the same layer."""
+    df = ok[ok["layer"] == layer].dropna(subset=["weight_bytes"])
+    if df.empty:
+        return None
+    per = df.groupby(["d_model", "method"])["weight_bytes"].median().unstack("method")
+    per = per[data.sorted_methods(per.columns)]
+    per.insert(0, "16-bit weights", df.groupby("d_model")["weight_bytes_16bit"].median())
+    per = per / 2**20
+    colours = _palette(df["method"])
+    colours["16-bit weights"] = (0.3, 0.3, 0.3)
+    with _style():
+        fig, (ax,) = _new(1, h=PANEL_H + 0.6)
+        fig.set_figwidth(max(PANEL_W, 1.0 + 0.9 * len(per)))
+        per.plot.bar(ax=ax, color=[colours[c] for c in per.columns], width=0.85)
+        ax.set_yscale("log")
+        ax.set_xlabel("model dimension d")
+        ax.set_ylabel("MiB")
+        ax.legend(fontsize=7)
+        uri = _encode(fig)
+    return Figure("Weight memory per method", f"layer {layer}; log scale", uri)
+
+
+def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
+    """A/B: median time B/A vs d_model, one line per method, one panel per backend."""
+    df = pairs[(pairs["layer"] == layer) & (pairs["tokens"] == tokens)].dropna(subset=["ratio"])
+    if df.empty:
+        return None
+    backends = sorted(df["backend"].unique())
+    colours = _palette(df["method"])
+    dims = sorted(int(d) for d in df["d_model"].unique())
+    with _style():
+        fig, axes = _new(len(backends))
+        for ax, backend in zip(axes, backends, strict=True):
+            sub = df[df["backend"] == backend]
+            for method in data.sorted_methods(sub["method"]):
+                m = sub[sub["method"] == method].groupby("d_model")["ratio"].median()
+                ax.plot(m.index, m.values, marker="o", color=colours[method], label=method)
+            ax.axhline(1.0, color="black", lw=0.8, ls=":")
+            _dmodel_axis(ax, dims)
+            ax.set_title(f"backend {backend}")
+            ax.set_ylabel("time B / A")
+            ax.legend(fontsize=7)
+        uri = _encode(fig)
+    return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", uri)

@@ -1,0 +1,398 @@
+"""HTML reports (kernelbench.report) rendered from a synthetic results.jsonl."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from kernelbench.report import write_report
+from kernelbench.results import ENV_FILE, ResultRow, ResultsWriter, load_results
+
+SIZES = [("125M", 768), ("1.3B", 2048), ("175B", 12288)]
+PAPER = {  # App. D.1 Table 5 at the fixture's sizes
+    "int8_raw": {768: 0.99, 2048: 1.61, 12288: 2.29},
+    "absmax_torch": {768: 0.25, 2048: 0.45, 12288: 1.50},
+    "vectorwise_torch": {768: 0.21, 2048: 0.41, 12288: 1.50},
+    "vectorwise": {768: 0.43, 2048: 0.91, 12288: 2.00},
+    "llm_int8": {768: 0.14, 2048: 0.51, 12288: 1.81},
+    "fp16": {768: 1.0, 2048: 1.0, 12288: 1.0},
+}
+BACKENDS = {
+    "torch": ["fp32", "fp16", "int8_raw", "absmax_torch", "vectorwise_torch"],
+    "custom": ["int8_raw", "vectorwise", "llm_int8"],
+}
+EVIL = '<script>alert("pwned")</script>'
+DEVICE_CLASS = "cpu-avx2-2core"
+
+
+def _speedup(backend: str, method: str, d: int, tokens: int) -> float:
+    if method == "fp16":
+        return 1.0
+    base = {
+        "fp32": 0.4,
+        "int8_raw": 1.3,
+        "absmax_torch": 0.5,
+        "vectorwise_torch": 0.45,
+        "vectorwise": 0.8,
+        "llm_int8": 0.6,
+    }[method]
+    bonus = 0.1 if backend == "custom" else 0.0
+    return round((base + bonus) * (d / 768) ** 0.2 * (tokens / 2048) ** 0.1, 6)
+
+
+def make_rows(faster: float = 1.0) -> list[ResultRow]:
+    """Every row of a synthetic run; ``faster`` divides every time (speedups stay)."""
+    rows = []
+    for backend, methods in BACKENDS.items():
+        for method in methods:
+            for size, d in SIZES:
+                for tokens in (512, 2048):
+                    sp = _speedup(backend, method, d, tokens)
+                    base_ms = 1e-6 * tokens * d * 4 * d / faster
+                    ms = base_ms / sp
+                    int8 = method not in ("fp16", "fp32")
+                    stages = (
+                        {
+                            "quantize": 0.2 * ms,
+                            "int8_matmul": 0.6 * ms,
+                            "dequantize": 0.15 * ms,
+                            "outlier_product": 0.05 * ms,
+                        }
+                        if int8
+                        else {}
+                    )
+                    rows.append(
+                        ResultRow(
+                            case="gpt3",
+                            size=size,
+                            d_model=d,
+                            layer="ffn1",
+                            tokens=tokens,
+                            m=tokens,
+                            k=d,
+                            n=4 * d,
+                            dist="outliers",
+                            seed=0,
+                            backend=backend,
+                            method=method,
+                            device="cpu",
+                            device_class=DEVICE_CLASS,
+                            dtype="bfloat16",
+                            median_ms=ms,
+                            iqr_ms=0.02 * ms,
+                            min_ms=0.95 * ms,
+                            mean_ms=ms,
+                            rel_spread=0.02,
+                            samples=20,
+                            stages_ms=stages,
+                            baseline_ms=base_ms,
+                            speedup=sp,
+                            tops=2 * tokens * d * 4 * d / ms / 1e9,
+                            paper_speedup=PAPER.get(method, {}).get(d),
+                            rel_error=(3e-3 if int8 else 1e-3 if method == "fp16" else 1e-7),
+                            baseline_rel_error=1e-3,
+                            weight_bytes=(d * 4 * d + 4 * 4 * d) if int8 else d * 4 * d * 2,
+                            weight_bytes_16bit=d * 4 * d * 2,
+                        )
+                    )
+    rows.append(
+        ResultRow(
+            case="gpt3",
+            size="175B",
+            d_model=12288,
+            layer="ffn1",
+            tokens=8192,
+            m=8192,
+            k=12288,
+            n=49152,
+            dist="outliers",
+            seed=0,
+            backend="custom",
+            method="llm_int8",
+            device="cpu",
+            device_class=DEVICE_CLASS,
+            dtype="bfloat16",
+            status="skipped",
+            reason=f"over the time budget {EVIL}",
+        )
+    )
+    rows.append(
+        ResultRow(
+            case="gpt3",
+            size="125M",
+            d_model=768,
+            layer="ffn1",
+            tokens=2048,
+            m=2048,
+            k=768,
+            n=3072,
+            dist="outliers",
+            seed=0,
+            backend="cublaslt",
+            method="vectorwise",
+            device="cuda",
+            device_class="cuda-none",
+            dtype="float16",
+            status="failed",
+            reason=f"RuntimeError: no CUDA device & {EVIL}",
+        )
+    )
+    return rows
+
+
+def write_run(run_dir: Path, faster: float = 1.0, peak: bool = True) -> Path:
+    writer = ResultsWriter(run_dir)
+    for row in make_rows(faster):
+        writer.append(row)
+    env = {
+        "schema_version": 1,
+        "command": f"kernelbench run --case gpt3 --note '{EVIL}'",
+        "host": "testhost",
+        "python": "3.11",
+        "torch": "2.13.0+cpu",
+        "cpu": {"model": "Synthetic CPU", "cores": 2, "flags": ["avx2", "avx512_vnni"]},
+        "cuda": None,
+    }
+    if peak:
+        env["peak"] = {
+            "int8": {"tops": 0.8, "source": "measured", "note": "torch._int_mm, 2 cores"},
+            "16bit": {"tops": 0.4, "source": "datasheet"},
+            "fp32": {"tops": 9.0, "source": "a guess"},  # not measured/datasheet: ignored
+        }
+    (run_dir / ENV_FILE).write_text(json.dumps(env), encoding="utf-8")
+    return run_dir
+
+
+class _Cells(HTMLParser):
+    """Collects <td data-*> cells of grid tables, the <img> sources and element ids/classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: list[dict] = []
+        self.images: list[str] = []
+        self.classes: set[str] = set()
+        self.grid_kind = ""
+        self._cell: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.classes.update((a.get("class") or "").split())
+        if tag == "table":
+            kinds = [c for c in (a.get("class") or "").split() if c.startswith("grid-")]
+            self.grid_kind = kinds[0][5:] if kinds else ""
+        if tag == "td" and "data-method" in a:
+            self._cell = {"kind": self.grid_kind, **a, "text": ""}
+        if tag == "img":
+            self.images.append(a["src"])
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self.cells.append(self._cell)
+            self._cell = None
+
+    def handle_data(self, text):
+        if self._cell is not None:
+            self._cell["text"] += text
+
+
+def _parse(html: str) -> _Cells:
+    p = _Cells()
+    p.feed(html)
+    return p
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> tuple[Path, str]:
+    run = write_run(tmp_path_factory.mktemp("run"))
+    path = write_report([run])
+    return path, path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def compare(tmp_path_factory) -> tuple[Path, str]:
+    a = write_run(tmp_path_factory.mktemp("a"))
+    b = write_run(tmp_path_factory.mktemp("b"), faster=1.25, peak=False)
+    path = write_report([a, b])
+    return path, path.read_text(encoding="utf-8")
+
+
+def test_single_default_path_and_sections(single):
+    path, html = single
+    assert path.name == "report.html"
+    classes = _parse(html).classes
+    for section in (
+        "section-environment",
+        "section-app-d1",
+        "section-plots",
+        "section-throughput",
+        "section-memory",
+        "section-problems",
+    ):
+        assert section in classes, section
+    for text in (
+        "Synthetic CPU",
+        "2.13.0+cpu",
+        "kernelbench run --case gpt3",
+        DEVICE_CLASS,
+        "App. D.1 Table 5",
+        "layer ffn1, 2048 tokens",
+        "Speedup over 16-bit vs model",
+        "Speedup vs tokens",
+        "Time per stage",
+        "Error vs model dimension",
+        "Weight memory per method",
+    ):
+        assert text in html, text
+
+
+def test_escaping(single):
+    _, html = single
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(" in html
+    assert "over the time budget" in html and "no CUDA device &amp;" in html
+
+
+def test_no_network_resources(single):
+    _, html = single
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html and "url(" not in html
+
+
+def test_speedup_cells_match_results(single, tmp_path):
+    path, html = single
+    df = load_results(path.parent)
+    ok = df[(df["status"] == "ok") & (df["tokens"] == 2048)]
+    cells = [c for c in _parse(html).cells if c["kind"] == "speedup"]
+    assert len(cells) == len(ok)
+    for c in cells:
+        row = ok[
+            (ok["backend"] == c["data-backend"])
+            & (ok["method"] == c["data-method"])
+            & (ok["d_model"] == int(c["data-d-model"]))
+        ]
+        assert len(row) == 1
+        rec = row.iloc[0]
+        assert c["text"].startswith(f"{rec['speedup']:.2f}")
+        assert float(c["data-value"]) == pytest.approx(rec["speedup"])
+        if rec["paper_speedup"] == rec["paper_speedup"]:  # not NaN
+            assert f"paper {rec['paper_speedup']:.2f}" in c["text"]
+        assert "background" in c["style"]
+
+
+def test_paper_figure_beside_cell(single):
+    _, html = single
+    cells = _parse(html).cells
+    llm = [
+        c
+        for c in cells
+        if c["kind"] == "speedup"
+        and c["data-method"] == "llm_int8"
+        and c["data-d-model"] == "12288"
+    ]
+    assert len(llm) == 1 and "paper 1.81" in llm[0]["text"]
+
+
+def test_peak_share_uses_only_known_peaks(single):
+    _, html = single
+    cells = [c for c in _parse(html).cells if c["kind"] == "tops"]
+    int8 = [c for c in cells if c["data-method"] == "vectorwise"]
+    fp32 = [c for c in cells if c["data-method"] == "fp32"]
+    assert int8 and all("of peak" in c["text"] for c in int8)
+    for c in int8:
+        share = 100 * float(c["data-value"]) / 0.8
+        assert f"{share:.1f}% of peak" in c["text"]
+    assert fp32 and not any("of peak" in c["text"] for c in fp32)  # "a guess" is ignored
+    assert "(datasheet)" in html and "(measured, torch._int_mm, 2 cores)" in html
+
+
+def test_no_peak_known(tmp_path):
+    run = write_run(tmp_path, peak=False)
+    html = write_report([run], tmp_path / "out" / "r.html").read_text(encoding="utf-8")
+    assert "no peak known" in html
+    assert "% of peak" not in html
+
+
+def test_memory_cells(single):
+    _, html = single
+    cells = [c for c in _parse(html).cells if c["kind"] == "memory"]
+    d = 2048
+    c = next(c for c in cells if c["data-method"] == "llm_int8" and c["data-d-model"] == str(d))
+    assert c["text"].startswith(f"{(d * 4 * d + 16 * d) / 2**20:.2f}")
+    assert f"{(d * 4 * d + 16 * d) / (d * 4 * d * 2):.3f}× of 16-bit" in c["text"]
+
+
+def test_problem_rows_listed(single):
+    _, html = single
+    assert html.count('class="status-skipped"') == 1
+    assert html.count('class="status-failed"') == 1
+
+
+def _png_ok(uri: str) -> None:
+    prefix = "data:image/png;base64,"
+    assert uri.startswith(prefix)
+    raw = base64.b64decode(uri[len(prefix) :], validate=True)
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    with Image.open(io.BytesIO(raw)) as img:
+        img.verify()
+        assert img.size[0] > 200 and img.size[1] > 100
+
+
+def test_images_decode(single):
+    _, html = single
+    images = _parse(html).images
+    assert len(images) == 5
+    for uri in images:
+        _png_ok(uri)
+
+
+def test_compare_mode(compare):
+    path, html = compare
+    assert path.name == "compare.html" and path.parent.name.startswith("b")
+    parsed = _parse(html)
+    assert {"section-ratios", "section-unmatched", "section-problems"} <= parsed.classes
+    cells = [c for c in parsed.cells if c["kind"] == "ratio"]
+    assert cells
+    for c in cells:  # B ran 1.25x faster everywhere: ratio 0.8, outside the 2% noise band
+        assert float(c["data-value"]) == pytest.approx(0.8)
+        assert c["text"].startswith("0.800×") and "faster" in c["text"]
+    assert html.count('class="status-skipped"') == 2  # one per run
+    assert "<script" not in html.lower()
+    for uri in parsed.images:
+        _png_ok(uri)
+
+
+def test_compare_explicit_output_and_unmatched(tmp_path):
+    a = write_run(tmp_path / "a")
+    b = tmp_path / "b"
+    rows = [r for r in make_rows() if not (r.method == "vectorwise" and r.d_model == 768)]
+    writer = ResultsWriter(b)
+    for r in rows:
+        writer.append(r)
+    out = write_report([a, b], tmp_path / "x" / "ab.html")
+    html = out.read_text(encoding="utf-8")
+    assert out == tmp_path / "x" / "ab.html"
+    assert html.count("<td>A only</td>") == 2  # vectorwise at d=768, two token counts
+    assert "no env.json in this run directory" in html
+    same = [c for c in _parse(html).cells if c["kind"] == "ratio" and c["data-value"]]
+    assert same and all("same" in c["text"] for c in same)
+
+
+def test_rejects_three_dirs(tmp_path):
+    with pytest.raises(ValueError):
+        write_report([tmp_path, tmp_path, tmp_path])
+
+
+def test_template_in_package():
+    from importlib import resources
+
+    assert resources.files("kernelbench.report").joinpath("template.html.j2").is_file()
