@@ -54,8 +54,14 @@ class CustomBackend(Backend):
         if device.type == "cuda":
             if _CUDA is None:
                 return Availability.no(f"CUDA half not importable: {_CUDA_ERROR}")
-            return _CUDA.availability()
+            return _CUDA.availability(device)
         return Availability.no(f"device type {device.type!r} is not supported")
+
+    def supports(self, method, device, dtype, m, k, n) -> Availability:
+        avail = super().supports(method, device, dtype, m, k, n)
+        if avail and torch.device(device).type == "cuda":
+            return _CUDA.supports(dtype, m, k, n)
+        return avail
 
     def _is_cuda(self, t: torch.Tensor) -> bool:
         return t.device.type == "cuda"
@@ -64,7 +70,7 @@ class CustomBackend(Backend):
         check_weight(weight, bias)
         pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
         if self._is_cuda(weight):
-            return _CUDA.prepare_weight(pw)
+            return pw  # int8 (n, k) row-major is the layout the cuBLASLt "TN" GEMM reads
         n, k = weight.shape
         packed = cpu_ext.pack_weight(pw.int8)
         pw.int8 = None  # the packed copy is the only one kept: one byte per weight
@@ -104,8 +110,8 @@ class CustomBackend(Backend):
     def outlier_product(self, qa, pw):
         """CPU: the operands of the outlier product, (x[:, O] fp32, w[:, O].T fp32); the
         product itself is fused into :meth:`dequantize` (c FMAs per output element)."""
-        if self._is_cuda(qa.int8):
-            return _CUDA.outlier_product(qa, pw)
+        if self._is_cuda(qa.int8):  # fp32: the CUDA dequantize kernel adds an fp32 product
+            return quant.outlier_product(qa, pw, torch.float32)
         if qa.outlier_cols.numel() == 0:
             return None
         w_rows = quant.outlier_weight_rows(pw, qa.outlier_cols, torch.float32)  # (n, c)
