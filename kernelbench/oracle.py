@@ -24,8 +24,14 @@ def exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = Non
 
 
 def int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
-    """Exact int8 x int8 product (int64), the reference for every int32 GEMM."""
-    return a.to(torch.int64) @ b_nk.to(torch.int64).T
+    """Exact int8 x int8 product (int64), the reference for every int32 GEMM.
+
+    Computed as a float64 GEMM (BLAS-fast): every partial sum is an integer of magnitude at
+    most k * 128^2, exactly representable while k < 2^53 / 2^14 = 2^39."""
+    k = a.shape[1]
+    if k >= 2**39:
+        raise ValueError(f"k={k} too large for an exact float64 integer product")
+    return (a.to(F64) @ b_nk.to(F64).T).to(torch.int64)
 
 
 def rel_frobenius(y: torch.Tensor, ref: torch.Tensor) -> float:
