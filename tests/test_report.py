@@ -365,6 +365,7 @@ def test_compare_mode(compare):
     for c in cells:  # B ran 1.25x faster everywhere: ratio 0.8, outside the 2% noise band
         assert float(c["data-value"]) == pytest.approx(0.8)
         assert c["text"].startswith("0.800×") and "faster" in c["text"]
+    assert "all 48 matched cells" in html and "B is 48 faster, 0 same" in html
     assert html.count('class="status-skipped"') == 2  # one per run
     assert "<script" not in html.lower()
     for uri in parsed.images:

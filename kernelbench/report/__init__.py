@@ -137,6 +137,7 @@ def _compare(a: data.Run, b: data.Run) -> dict:
                 "layer": layer,
                 "tokens": tokens,
                 "ratio": tables.ratio_grids(df, layer, tokens),
+                "summary": tables.ratio_summary(df),
                 "figures": [figure] if figure is not None else [],
             }
         )

@@ -242,6 +242,27 @@ def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
     return grids
 
 
+def ratio_summary(pairs: pd.DataFrame) -> str:
+    """One line over every matched cell (all layers and token counts, not only the grid's)."""
+    ratios = pairs["ratio"].dropna()
+    ratios = ratios[ratios > 0]
+    if ratios.empty:
+        return "no matched cell has a time in both runs"
+    calls = [
+        verdict(r, a, b)
+        for r, a, b in zip(
+            pairs["ratio"], pairs["rel_spread_a"], pairs["rel_spread_b"], strict=True
+        )
+        if pd.notna(r) and r > 0
+    ]
+    counts = ", ".join(f"{calls.count(v)} {v}" for v in ("faster", "same", "slower", "unknown"))
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return (
+        f"all {len(ratios)} matched cells (every layer and token count): geometric mean of "
+        f"B / A {geomean:.3f}; B is {counts}"
+    )
+
+
 def unmatched_rows(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> list[dict]:
     """Cells measured (ok) in only one of the two runs."""
     a_keys = a_ok[keys].drop_duplicates()
