@@ -19,15 +19,19 @@ are independent measurements, and independent relative errors of a ratio add in 
 first order. The linear sum ``a + b`` is the worst case bound and would widen the band by up to
 ~41% for equal spreads, hiding real regressions; quadrature is still conservative here because
 IQR / median measures the spread of single samples, several times the uncertainty of a median of
-many samples. A row without ``rel_spread`` counts as noiseless (only the tolerance applies).
+many samples. A spread from fewer than :data:`MIN_SPREAD_SAMPLES` samples (or a missing
+``rel_spread`` or baseline row) is not a measurement: it adds nothing to the band, and a row whose
+change goes beyond the tolerance while a spread is unmeasured is ``unknown`` (reported, with the
+reason), not ``slower``: noise cannot be ruled out.
 
 Error. ``rel_error`` is deterministic for fixed seeds and the same device class, so any growth
 beyond ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``.
 
 Verdicts: ``faster``, ``slower``, ``same``, ``error-worse``, ``failed`` (ok in BASE, failed in
-NEW), ``new`` (only in NEW), ``missing`` (only in BASE) and ``unknown`` (nothing to compare:
-skipped or failed in BASE, skipped in NEW, or no timing). ``slower``, ``error-worse`` and
-``failed`` are regressions. ``new``, ``missing`` and ``unknown`` are reported, never fail the gate.
+NEW), ``new`` (only in NEW), ``missing`` (only in BASE) and ``unknown`` (no verdict possible:
+skipped or failed in BASE, skipped in NEW, no timing, or unmeasured noise). ``slower``,
+``error-worse`` and ``failed`` are regressions; ``new``, ``missing`` and ``unknown`` are reported
+and never fail the gate.
 
 Exit codes (:attr:`Comparison.exit_code`): 0 no regression, 1 regression, 2 unusable input
 (unreadable, empty or malformed file, schema mismatch, different device classes).
@@ -54,6 +58,10 @@ ERROR_EPS = 1e-9
 
 #: The run's 16-bit baseline row (whose spread enters the band of ``speedup`` comparisons).
 BASELINE_BACKEND, BASELINE_METHOD = "torch", "fp16"
+
+#: Fewer timed samples than this give no usable spread (1 sample: IQR 0; 2: half their gap),
+#: so a speed change beyond the tolerance on such rows is ``unknown``, not ``slower``.
+MIN_SPREAD_SAMPLES = 3
 
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 REGRESSIONS = ("failed", "error-worse", "slower")
@@ -194,14 +202,21 @@ def _label(row: dict) -> str:
     )
 
 
-def _baseline_spread(run: _Run, row: dict) -> float | None:
-    if (row["backend"], row["method"]) == (BASELINE_BACKEND, BASELINE_METHOD):
-        return 0.0  # the row is its own baseline: its spread is already counted
-    key = tuple(
-        {"backend": BASELINE_BACKEND, "method": BASELINE_METHOD}.get(c, row[c]) for c in KEY_COLUMNS
-    )
-    base = run.rows.get(key)
-    return base.get("rel_spread") if base and base["status"] == "ok" else None
+def _spread(row: dict | None) -> float | None:
+    """The row's measured ``rel_spread``; ``None`` when it was not measured: no row, not ok, no
+    ``rel_spread``, or fewer than :data:`MIN_SPREAD_SAMPLES` samples (one sample has IQR 0)."""
+    if row is None or row["status"] != "ok" or row.get("rel_spread") is None:
+        return None
+    return row["rel_spread"] if row.get("samples", 0) >= MIN_SPREAD_SAMPLES else None
+
+
+def _noise_rows(run: _Run, row: dict, via_speedup: bool) -> list[dict | None]:
+    """The rows whose spreads make up one run's noise: the row, and for a ``speedup`` ratio the
+    run's 16-bit baseline row of the same cell (unless the row is that baseline)."""
+    if not via_speedup or (row["backend"], row["method"]) == (BASELINE_BACKEND, BASELINE_METHOD):
+        return [row]
+    swap = {"backend": BASELINE_BACKEND, "method": BASELINE_METHOD}
+    return [row, run.rows.get(tuple(swap.get(c, row[c]) for c in KEY_COLUMNS))]
 
 
 def _positive(v) -> bool:
@@ -211,24 +226,21 @@ def _positive(v) -> bool:
 def _speed(rc: RowComparison, b: dict, n: dict, base: _Run, new: _Run, tol: float) -> None:
     """Fill the speed fields of ``rc`` and set its verdict to faster / slower / same / unknown."""
     notes = []
-    if _positive(b.get("speedup")) and _positive(n.get("speedup")):
+    via_speedup = _positive(b.get("speedup")) and _positive(n.get("speedup"))
+    if via_speedup:
         rc.metric, rc.base_value, rc.new_value = "speedup", b["speedup"], n["speedup"]
         rc.change = b["speedup"] / n["speedup"] - 1.0
-        spreads = []
-        for run, row in ((base, b), (new, n)):
-            bs = _baseline_spread(run, row)
-            if bs is None:
-                notes.append(f"16-bit baseline spread unknown in {run.path}")
-            spreads.append(math.hypot(row.get("rel_spread") or 0.0, bs or 0.0))
     elif _positive(b.get("median_ms")) and _positive(n.get("median_ms")):
         rc.metric, rc.base_value, rc.new_value = "median_ms", b["median_ms"], n["median_ms"]
         rc.change = n["median_ms"] / b["median_ms"] - 1.0
-        spreads = [b.get("rel_spread") or 0.0, n.get("rel_spread") or 0.0]
         notes.append("no 16-bit baseline speedup: compared raw median_ms (machine speed included)")
     else:
         rc.verdict, rc.detail = "unknown", "no timing to compare"
         return
-    rc.noise = math.hypot(*spreads)
+    spreads = [
+        _spread(r) for run, row in ((base, b), (new, n)) for r in _noise_rows(run, row, via_speedup)
+    ]
+    rc.noise = math.sqrt(sum((s or 0.0) ** 2 for s in spreads))
     rc.band = max(tol, rc.noise)
     speed_gain = 1.0 / (1.0 + rc.change) - 1.0  # relative growth of speed
     if rc.change > rc.band:
@@ -237,6 +249,13 @@ def _speed(rc: RowComparison, b: dict, n: dict, base: _Run, new: _Run, tol: floa
         rc.verdict = "faster"
     else:
         rc.verdict = "same"
+    unmeasured = sum(s is None for s in spreads)
+    if unmeasured and rc.verdict != "same":
+        notes.append(
+            f"{rc.verdict} beyond the tolerance, but {unmeasured} of {len(spreads)} spreads were "
+            f"not measured (< {MIN_SPREAD_SAMPLES} samples or no row): noise cannot be ruled out"
+        )
+        rc.verdict = "unknown"
     rc.detail = "; ".join(notes)
 
 

@@ -148,6 +148,26 @@ def test_change_inside_tolerance_passes_even_when_quiet(base: Path, tmp_path: Pa
     assert by_method(compare_runs(base, new, speed_tol=0.05))["llm_int8"].verdict == "slower"
 
 
+def test_unmeasured_spread_gives_unknown_not_slower(base: Path, tmp_path: Path):
+    # One timed sample has IQR 0: that is no measurement of noise, so no "slower" claim.
+    r = row("llm_int8")
+    one_sample = {**slowed(r, 2.0), "samples": 1, "rel_spread": 0.0}
+    new = write_run(tmp_path / "new", standard_rows(llm_int8=one_sample))
+    cmp = compare_runs(base, new)
+    got = by_method(cmp)["llm_int8"]
+    assert got.verdict == "unknown" and cmp.exit_code == 0
+    assert "not measured" in got.detail and got.change == pytest.approx(1.0)
+    # the same for the 16-bit baseline row the speedup is measured against
+    new = write_run(
+        tmp_path / "new2",
+        standard_rows(fp16={"samples": 2}, llm_int8=slowed(r, 2.0)),
+    )
+    assert by_method(compare_runs(base, new))["llm_int8"].verdict == "unknown"
+    # a change inside the tolerance is still "same"
+    new = write_run(tmp_path / "new3", standard_rows(llm_int8={"samples": 1}))
+    assert by_method(compare_runs(base, new))["llm_int8"].verdict == "same"
+
+
 def test_slower_machine_with_same_speedups_is_same(base: Path, tmp_path: Path):
     # Everything, the 16-bit baseline included, 2.5x slower: speedups unchanged, no regression.
     rows = [
