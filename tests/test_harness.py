@@ -1,0 +1,259 @@
+"""The harness pipeline: cases, inputs, timer, rows, resume, failures, the CLI."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kernelbench.backends import all_backends
+from kernelbench.backends.base import Availability, Backend
+from kernelbench.cases import load_activation_file, load_case, make_inputs, outlier_activations
+from kernelbench.checks import InputError
+from kernelbench.cli import app
+from kernelbench.executors import get_executor
+from kernelbench.harness import RunOptions, measure_cell, method_pairs, plan
+from kernelbench.quant import outlier_columns
+from kernelbench.results import KEY_COLUMNS, ResultsWriter, load_results, read_rows
+from kernelbench.timing import StoppingCriterion, TimerSettings, stats
+
+TINY_TIMER = TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1)
+STAGE_TIMER = TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1)
+
+
+def tiny_opts(**kw) -> RunOptions:
+    base = dict(sizes=(768,), tokens=(8,), backends=("torch", "custom"),
+                methods=("fp32", "fp16", "int8_raw", "llm_int8"), device="cpu",
+                timer=TINY_TIMER, stage_timer=STAGE_TIMER, error_rows=8)
+    base.update(kw)
+    return RunOptions(**base)
+
+
+# --- cases and inputs ---------------------------------------------------------------------------
+
+
+def test_gpt3_case_matches_the_paper_table():
+    case = load_case("gpt3")
+    assert [s.d_model for s in case.sizes] == [768, 1024, 1536, 2048, 2560, 4096, 5140, 12288]
+    assert case.shape("ffn1", 4096) == (4096, 16384)
+    assert case.shape("ffn2", 768) == (3072, 768)
+    assert case.paper_figure("llm_int8", 12288, "ffn1", 2048) == 1.81
+    assert case.paper_figure("llm_int8", 12288, "ffn1", 16) is None  # not the paper's cell
+    with pytest.raises(InputError, match="no model dimension 999"):
+        case.size(999)
+    with pytest.raises(InputError, match="unknown layer"):
+        case.shape("ffn3", 768)
+
+
+def test_outlier_distribution_follows_app_c_statistics():
+    case = load_case("gpt3")
+    stats_13b = case.outlier_stats["FSEQ-13B"]
+    gen = torch.Generator().manual_seed(0)
+    x, dims = outlier_activations(gen, 4096, 512, stats_13b)
+    assert dims.numel() == 7
+    # regular dims stay within [-3.5, 3.5]; outlier dims reach the table's magnitudes
+    regular = torch.ones(512, dtype=torch.bool)
+    regular[dims] = False
+    assert float(x[:, regular].abs().max()) <= 3.5
+    found = outlier_columns(x, 6.0, ">")
+    assert set(found.tolist()) == set(dims.tolist())
+    # one-sided dims: the first 6 keep the quartiles' (negative) sign on affected positions
+    col = x[:, dims[0]]
+    affected = col.abs() > 3.5
+    share = float(affected.float().mean())
+    assert 0.65 < share < 0.80  # 73% of positions
+    q = torch.quantile(col[affected].double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    assert torch.allclose(q, torch.tensor([-63.0, -58.0, -45.0], dtype=torch.float64), atol=2.5)
+
+
+def test_inputs_are_seeded_fresh_and_never_zero():
+    case = load_case("gpt3")
+    size = case.size(768)
+    a = make_inputs(case, size, "ffn1", 16, "outliers", torch.bfloat16, torch.device("cpu"))
+    b = make_inputs(case, size, "ffn1", 16, "outliers", torch.bfloat16, torch.device("cpu"))
+    c = make_inputs(case, size, "ffn1", 32, "outliers", torch.bfloat16, torch.device("cpu"))
+    assert torch.equal(a.x, b.x) and a.seed == b.seed
+    assert a.seed != c.seed
+    assert a.x.abs().sum() > 0 and a.weight.abs().sum() > 0
+    paper = make_inputs(case, size, "ffn1", 16, "paper-bench", torch.bfloat16, torch.device("cpu"))
+    assert (paper.x == 8.0).all(dim=0).sum() == 5
+
+
+class _Evil:
+    def __reduce__(self):
+        return (open, ("pwned", "w"))
+
+
+def test_activation_files_are_data_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    arr = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    np.save(tmp_path / "a.npy", arr)
+    assert load_activation_file(tmp_path / "a.npy").shape == (4, 8)
+    torch.save(torch.from_numpy(arr).reshape(2, 2, 8), tmp_path / "a.pt")
+    assert load_activation_file(tmp_path / "a.pt").shape == (4, 8)
+    # a pickled object array must be refused, not unpickled
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError):
+        load_activation_file(tmp_path / "obj.npy")
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps(_Evil()))
+    with pytest.raises(pickle.UnpicklingError):  # weights_only refuses to call anything
+        load_activation_file(tmp_path / "evil.pt")
+    assert not (tmp_path / "pwned").exists()
+    torch.save({"not": "a tensor"}, tmp_path / "dict.pt")
+    with pytest.raises(InputError, match="one tensor"):
+        load_activation_file(tmp_path / "dict.pt")
+    np.save(tmp_path / "nan.npy", np.full((2, 8), np.nan, dtype=np.float32))
+    with pytest.raises(InputError, match="NaN"):
+        load_activation_file(tmp_path / "nan.npy")
+    with pytest.raises(InputError, match=".pt or .npy"):
+        load_activation_file(tmp_path / "x.csv") if (tmp_path / "x.csv").write_text("1") else None
+
+
+# --- timer -----------------------------------------------------------------------------------
+
+
+def test_stats_on_synthetic_samples():
+    st = stats([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert st.median_ms == 3.0 and st.min_ms == 1.0 and st.samples == 5
+    assert st.iqr_ms == pytest.approx(2.0)
+    assert st.rel_spread == pytest.approx(2.0 / 3.0)
+
+
+def test_stopping_criterion_stops_on_low_noise_or_budget():
+    crit = StoppingCriterion(TimerSettings(budget_s=100, min_samples=3, noise_window=5,
+                                           target_rel_spread=0.02))
+    for _ in range(4):
+        crit.add(10.0)
+        assert not crit.done()  # fewer than noise_window samples
+    crit.add(10.0)
+    assert crit.done()  # quiet: five identical samples
+    noisy = StoppingCriterion(TimerSettings(budget_s=0.05, min_samples=3, target_rel_spread=0.01))
+    for v in (10.0, 20.0, 5.0):
+        noisy.add(v)
+    assert noisy.elapsed_s == pytest.approx(0.035)
+    assert not noisy.done()  # noisy and still inside the budget: keep sampling
+    noisy.add(30.0)
+    assert noisy.done()  # over budget
+    slow = StoppingCriterion(TimerSettings(budget_s=1.0, min_samples=3))
+    slow.add(5000.0)  # one call longer than the whole budget
+    assert slow.done()
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+
+def test_measure_cell_rows_have_baselines_errors_and_memory():
+    case = load_case("gpt3")
+    opts = tiny_opts()
+    (item,) = plan(case, opts)
+    from kernelbench.harness import CallEstimator
+
+    rows = list(measure_cell(item, case, opts, CallEstimator()))
+    assert [(r.backend, r.method) for r in rows[:2]] == [("torch", "fp16"), ("torch", "fp32")]
+    by = {(r.backend, r.method): r for r in rows}
+    for key in (("custom", "int8_raw"), ("custom", "llm_int8"), ("torch", "llm_int8")):
+        r = by[key]
+        assert r.status == "ok", r.reason
+        assert r.speedup == pytest.approx(r.baseline_ms / r.median_ms)
+        assert r.samples >= 1 and len(r.raw_ms) == r.samples
+        assert r.weight_bytes < r.weight_bytes_16bit
+    assert by[("custom", "int8_raw")].rel_error == 0.0  # exact integer product
+    assert by[("custom", "llm_int8")].outlier_cols == 2  # FSEQ-125M plants two outlier dims
+    assert by[("custom", "llm_int8")].rel_error < 0.05
+    assert by[("custom", "llm_int8")].baseline_rel_error == by[("torch", "fp16")].rel_error
+    assert set(by[("custom", "llm_int8")].stages_ms) >= {"quantize", "int8_matmul", "dequantize"}
+
+
+class _ExplodingBackend(Backend):
+    name = "exploding"
+    methods = ("int8_raw",)
+
+    def availability(self, device):
+        return Availability.yes()
+
+    def runner(self, *a, **kw):
+        raise RuntimeError("kernel launch failed <boom>")
+
+
+def test_a_failing_backend_is_a_failed_row_and_the_sweep_goes_on(monkeypatch, tmp_path):
+    backends = dict(all_backends())
+    backends["exploding"] = _ExplodingBackend()
+    monkeypatch.setattr("kernelbench.harness.all_backends", lambda: backends)
+    case = load_case("gpt3")
+    opts = tiny_opts(backends=("exploding", "torch"), methods=("fp16", "int8_raw"))
+    writer = ResultsWriter(tmp_path)
+    for _, row in get_executor("local").run(plan(case, opts), case, opts, set()):
+        writer.append(row)
+    rows = {(r["backend"], r["method"]): r for r in read_rows(writer.path)}
+    assert rows[("exploding", "int8_raw")]["status"] == "failed"
+    assert "kernel launch failed" in rows[("exploding", "int8_raw")]["reason"]
+    assert rows[("torch", "int8_raw")]["status"] == "ok"
+    assert rows[("exploding", "fp16")]["status"] == "skipped"
+
+
+def test_resume_skips_measured_rows_and_keeps_order(tmp_path):
+    case = load_case("gpt3")
+    opts = tiny_opts(methods=("fp16", "int8_raw"))
+    writer = ResultsWriter(tmp_path)
+    first = list(get_executor("local").run(plan(case, opts), case, opts, set()))
+    for _, row in first[:2]:
+        writer.append(row)
+    done = writer.done_keys()
+    assert len(done) == 2
+    rest = [row for _, row in get_executor("local").run(plan(case, opts), case, opts, done)]
+    assert {r.key() for r in rest}.isdisjoint(done)
+    assert len(rest) == len(first) - 2
+
+
+def test_torn_last_line_is_ignored_and_bad_schema_refused(tmp_path):
+    case = load_case("gpt3")
+    opts = tiny_opts(methods=("fp16",), backends=("torch",))
+    writer = ResultsWriter(tmp_path)
+    for _, row in get_executor("local").run(plan(case, opts), case, opts, set()):
+        writer.append(row)
+    with writer.path.open("a") as fh:
+        fh.write('{"schema_version": 1, "case": "gpt')  # a write cut off by ^C
+    df = load_results(tmp_path)
+    assert len(df) == 1 and set(KEY_COLUMNS) <= set(df.columns)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "results.jsonl").write_text(json.dumps({"schema_version": 99}) + "\n")
+    from kernelbench.results import SchemaError
+
+    with pytest.raises(SchemaError, match="schema_version"):
+        load_results(bad)
+
+
+def test_unknown_names_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown backend"):
+        method_pairs(tiny_opts(backends=("nope",)))
+    with pytest.raises(ValueError, match="unknown method"):
+        method_pairs(tiny_opts(methods=("fp8",)))
+    with pytest.raises(ValueError, match="unknown executor"):
+        get_executor("slurm")
+
+
+def test_cli_run_show_and_resume(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch,custom", "--methods",
+            "fp16,llm_int8", "--device", "cpu", "--out", str(out), "--budget", "0.02",
+            "--no-report"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Speedup over 16-bit" in result.output
+    env = json.loads((out / "env.json").read_text())
+    assert env["device_class"].startswith("cpu-") and env["torch"] == torch.__version__
+    n_rows = len(read_rows(out / "results.jsonl"))
+    assert n_rows == 4
+    again = runner.invoke(app, [*args, "--resume"])
+    assert again.exit_code == 0, again.output
+    assert len(read_rows(out / "results.jsonl")) == n_rows  # nothing measured twice
+    shown = runner.invoke(app, ["show", str(out)])
+    assert shown.exit_code == 0 and "llm_int8" in shown.output
+    bad = runner.invoke(app, ["run", "--sizes", "999", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "no model dimension 999" in bad.output
