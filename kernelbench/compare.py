@@ -223,13 +223,22 @@ def _positive(v) -> bool:
     return v is not None and v > 0
 
 
+def _speedup(row: dict) -> float | None:
+    """baseline_ms / median_ms, derived from the measured times (not the stored ``speedup``,
+    which an edited or partially written row may no longer agree with)."""
+    if _positive(row.get("baseline_ms")) and _positive(row.get("median_ms")):
+        return row["baseline_ms"] / row["median_ms"]
+    return None
+
+
 def _speed(rc: RowComparison, b: dict, n: dict, base: _Run, new: _Run, tol: float) -> None:
     """Fill the speed fields of ``rc`` and set its verdict to faster / slower / same / unknown."""
     notes = []
-    via_speedup = _positive(b.get("speedup")) and _positive(n.get("speedup"))
+    sb, sn = _speedup(b), _speedup(n)
+    via_speedup = sb is not None and sn is not None
     if via_speedup:
-        rc.metric, rc.base_value, rc.new_value = "speedup", b["speedup"], n["speedup"]
-        rc.change = b["speedup"] / n["speedup"] - 1.0
+        rc.metric, rc.base_value, rc.new_value = "speedup", sb, sn
+        rc.change = sb / sn - 1.0
     elif _positive(b.get("median_ms")) and _positive(n.get("median_ms")):
         rc.metric, rc.base_value, rc.new_value = "median_ms", b["median_ms"], n["median_ms"]
         rc.change = n["median_ms"] / b["median_ms"] - 1.0
@@ -280,7 +289,10 @@ def _compare_row(key: tuple, base: _Run, new: _Run, speed_tol: float, error_tol:
         return rc
     if b["status"] != "ok" or n["status"] != "ok":
         if b["status"] == "ok":  # and NEW is not
-            rc.verdict = "failed" if n["status"] == "failed" else "unknown"
+            over_budget = str(n.get("reason", "")).startswith("over budget")
+            # A row that ran and now does not (a backend that stopped building, a method that
+            # stopped applying) is a regression; a budget skip depends on timing noise.
+            rc.verdict = "failed" if n["status"] == "failed" or not over_budget else "unknown"
         rc.detail = f"base {b['status']}, new {n['status']}: {n.get('reason') or b.get('reason')}"
         return rc
     _speed(rc, b, n, base, new, speed_tol)

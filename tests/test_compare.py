@@ -180,12 +180,16 @@ def test_slower_machine_with_same_speedups_is_same(base: Path, tmp_path: Path):
 
 
 def test_without_speedup_falls_back_to_median_and_says_so(tmp_path: Path):
-    no_speedup = {m: {"speedup": None} for m in ("fp16", "llm_int8", "vectorwise")}
+    no_speedup = {
+        m: {"speedup": None, "baseline_ms": None} for m in ("fp16", "llm_int8", "vectorwise")
+    }
     base = write_run(tmp_path / "base", standard_rows(**no_speedup))
     r = row("llm_int8")
     new = write_run(
         tmp_path / "new",
-        standard_rows(**{**no_speedup, "llm_int8": {**slowed(r, 1.5), "speedup": None}}),
+        standard_rows(
+            **{**no_speedup, "llm_int8": {**slowed(r, 1.5), "speedup": None, "baseline_ms": None}}
+        ),
     )
     cmp = compare_runs(base, new)
     got = by_method(cmp)["llm_int8"]
@@ -227,12 +231,31 @@ def test_already_failing_or_skipped_rows_are_unknown(tmp_path: Path):
     base = write_run(tmp_path / "base", standard_rows(llm_int8=failed))
     new = write_run(
         tmp_path / "new",
-        standard_rows(llm_int8=failed, vectorwise={"status": "skipped", "reason": "budget"}),
+        standard_rows(
+            llm_int8=failed,
+            vectorwise={"status": "skipped", "reason": "over budget: one call estimated at 9 s"},
+        ),
     )
     cmp = compare_runs(base, new)
     assert by_method(cmp)["llm_int8"].verdict == "unknown"
-    assert by_method(cmp)["vectorwise"].verdict == "unknown"
+    assert by_method(cmp)["vectorwise"].verdict == "unknown"  # budget skips depend on timing
     assert cmp.exit_code == 0
+
+
+def test_a_row_that_stopped_running_is_a_regression(base: Path, tmp_path: Path):
+    gone = {"status": "skipped", "reason": "kernelbench._cpu is not built", "median_ms": None}
+    new = write_run(tmp_path / "new", standard_rows(vectorwise=gone))
+    cmp = compare_runs(base, new)
+    assert by_method(cmp)["vectorwise"].verdict == "failed" and cmp.exit_code == 1
+
+
+def test_speedup_is_derived_from_the_measured_times(base: Path, tmp_path: Path):
+    # an edited median_ms with a stale stored speedup is still caught
+    r = row("llm_int8")
+    new = write_run(tmp_path / "new", standard_rows(llm_int8={"median_ms": r.median_ms * 1.5}))
+    cmp = compare_runs(base, new)
+    got = by_method(cmp)["llm_int8"]
+    assert got.metric == "speedup" and got.verdict == "slower" and cmp.exit_code == 1
 
 
 def test_new_and_missing_rows_are_reported(base: Path, tmp_path: Path):
