@@ -66,6 +66,28 @@ def device_class(device: torch.device) -> str:
     return f"cpu-{isa}-{info['cores']}core"
 
 
+#: Dense tensor-core peaks from vendor datasheets (TOPS / TFLOP/s), by a substring of the GPU
+#: name; see ../shared/paper/tables.md. Reports mark them as datasheet values, not measured.
+DATASHEET_PEAKS = {
+    "H200": {"int8": 1979.0, "16bit": 989.0},
+    "H100": {"int8": 1979.0, "16bit": 989.0},
+    "A100": {"int8": 624.0, "16bit": 312.0},
+}
+
+
+def datasheet_peaks(device: torch.device) -> dict:
+    """``{"int8"|"16bit": {"tops", "source": "datasheet", "note"}}`` for known GPUs, else {}."""
+    if torch.device(device).type != "cuda":
+        return {}
+    name = torch.cuda.get_device_name(device)
+    for key, peaks in DATASHEET_PEAKS.items():
+        if key in name:
+            return {kind: {"tops": tops, "source": "datasheet",
+                           "note": f"{key} SXM dense, vendor datasheet"}
+                    for kind, tops in peaks.items()}
+    return {}
+
+
 def cuda_info(device: torch.device) -> dict | None:
     if torch.device(device).type != "cuda" or not torch.cuda.is_available():
         return None
@@ -140,6 +162,7 @@ def collect(device: torch.device, argv: list[str], extra: dict | None = None) ->
         "threads": torch.get_num_threads(),
         "cuda": cuda_info(device),
         "libraries": library_versions(),
+        "peak": datasheet_peaks(device),
     }
     env.update(extra or {})
     return env
