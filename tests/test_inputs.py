@@ -1,0 +1,121 @@
+"""Bad input gives a clear :class:`InputError` naming the problem, on every backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelbench.checks import InputError
+from kernelbench.quant import QuantConfig
+
+BF16 = torch.bfloat16
+CFG = QuantConfig()
+
+
+def methods(backend, methods_of):
+    ms = methods_of(backend)
+    if not ms:
+        pytest.skip(f"{backend.name} runs no method on CPU")
+    return ms
+
+
+def expect_error(backend, ms, x, w, bias, match):
+    for method in ms:
+        with pytest.raises(InputError, match=match):
+            backend.runner(method, x, w, bias, CFG).run()
+
+
+def test_nan_inf_in_x_or_w(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        x, w = make_randn(4, 8), make_randn(6, 8)
+        x[1, 2] = bad
+        expect_error(backend, ms, x, w, None, r"x contains 1 NaN/Inf")
+        x, w = make_randn(4, 8), make_randn(6, 8)
+        w[0, 0] = bad
+        expect_error(backend, ms, x, w, None, r"weight contains 1 NaN/Inf")
+    bias = torch.full((6,), float("nan"), dtype=BF16)
+    expect_error(backend, ms, make_randn(4, 8), make_randn(6, 8), bias, r"bias contains")
+
+
+def test_m_zero_gives_empty_output(request, backend, methods_of, make_randn):
+    """Documented (cpu_ext: 'any m >= 0'): zero tokens give an empty (0, n) output."""
+    if backend.name.startswith("torchao"):
+        request.node.add_marker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="BUG: torchao backends crash on M = 0 with bias (TypeError in "
+                "F.linear on the torchao Int8Tensor: 'Tensor + NoneType')",
+            )
+        )
+    ms = methods(backend, methods_of)
+    x = torch.empty(0, 8, dtype=BF16)
+    for method in ms:
+        y = backend.runner(method, x, make_randn(6, 8), make_randn(6), CFG).run()
+        assert tuple(y.shape) == (0, 6), method
+
+
+def test_shape_mismatch(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    expect_error(backend, ms, make_randn(4, 9), make_randn(6, 8), None, r"shape mismatch")
+    expect_error(backend, ms, make_randn(8), make_randn(6, 8), None, r"x must be 2-D")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,
+    reason="BUG: checks.check_activation reads weight.shape[1] before check_weight has checked "
+    "that weight is 2-D: a 1-D weight gives IndexError, not InputError",
+)
+def test_one_d_weight(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    expect_error(backend, ms, make_randn(4, 8), make_randn(48), None, r"weight must be 2-D")
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float64])
+def test_wrong_dtype(backend, methods_of, make_randn, dtype):
+    ms = methods(backend, methods_of)
+    x = make_randn(4, 8, dtype=torch.float32).mul(10).to(dtype)
+    expect_error(backend, ms, x, make_randn(6, 8), None, r"x dtype must be one of")
+    w = make_randn(6, 8, dtype=torch.float32).mul(10).to(dtype)
+    expect_error(backend, ms, make_randn(4, 8), w, None, r"dtype (mismatch|must be one of)")
+
+
+def test_dtype_mismatch(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    x = make_randn(4, 8, dtype=torch.float16)
+    expect_error(backend, ms, x, make_randn(6, 8), None, r"dtype mismatch")
+
+
+def test_non_contiguous(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    xt = make_randn(8, 4).T
+    expect_error(backend, ms, xt, make_randn(6, 8), None, r"x must be contiguous")
+    wt = make_randn(8, 6).T
+    expect_error(backend, ms, make_randn(4, 8), wt, None, r"weight must be contiguous")
+
+
+def test_bias_of_wrong_shape(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    for bias in (make_randn(5), make_randn(1, 6), make_randn(7)):
+        expect_error(
+            backend, ms, make_randn(4, 8), make_randn(6, 8), bias, r"bias must have shape \(6,\)"
+        )
+
+
+def test_empty_weight(backend, methods_of, make_randn):
+    ms = methods(backend, methods_of)
+    w = torch.empty(0, 8, dtype=BF16)
+    expect_error(backend, ms, make_randn(4, 8), w, None, r"weight is empty")
+    x, w = torch.empty(4, 0, dtype=BF16), torch.empty(6, 0, dtype=BF16)
+    expect_error(backend, ms, x, w, None, r"no features|empty")
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 65])
+def test_any_k_works_on_custom(own_backend, methods_of, check_oracle, make_randn, k):
+    """The custom kernel takes any K >= 1 (odd K: the packed k pairs are zero-padded)."""
+    backend = own_backend
+    x, w, bias = make_randn(5, k, scale=3.0), make_randn(9, k), make_randn(9)
+    for method in methods_of(backend, BF16, 5, k, 9):
+        y = backend.runner(method, x, w, bias, CFG).run()
+        check_oracle(y, method, x, w, bias, CFG, what=f"{backend.name}/{method} k={k}")
