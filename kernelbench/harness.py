@@ -242,6 +242,7 @@ def _measure_row(
     row.max_abs_error = oracle.max_abs_error(got.cpu(), ref.cpu())
     row.outlier_cols = runner.outlier_cols
     row.weight_bytes = runner.weight_bytes
+    row.variant, row.compile_s = runner.variant, runner.compile_seconds
     del y
     meas = time_fn(runner.run, opts.timer, device)
     st = meas.stats

@@ -16,7 +16,8 @@ Conventions (see ``../shared/paper/llm-int8-card.txt``):
 * The int8 range is the symmetric ``[-127, 127]``; -128 never comes out of a quantizer.
 * Outlier feature dimensions (eq. 8) are the columns of ``x`` with some ``|x| > alpha`` (the
   paper's wording) or ``>= alpha`` (bitsandbytes); ``alpha <= 0`` turns decomposition off.
-  Row scales of ``x`` leave the outlier columns out (as bitsandbytes does; the paper is silent).
+  Row scales of ``x`` leave the whole outlier columns out (the paper is silent; bitsandbytes
+  leaves out only the outlier *entries*, so a small value in an outlier column still counts).
 * Outlier weight rows are either the original 16-bit rows kept at prepare time (``"fp16"``, paper
   eq. 8) or reconstructed from the int8 weights (``"int8"``, bitsandbytes).
 """

@@ -55,6 +55,8 @@ class ResultRow:
     raw_ms: list[float] = field(default_factory=list)
     stages_ms: dict[str, float] = field(default_factory=dict)
     threads: int | None = None
+    variant: str = ""  # what a peer computed when it differs from the asked-for configuration
+    compile_s: float | None = None  # one-off compile time (torch.compile), never timed
     throttled_samples: int = 0
     # speed relative to the same run's baselines on the same inputs
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)

@@ -88,6 +88,11 @@ class Runner:
     #: For int32 runners: the int8 operands (a (m, k), b (n, k)) whose exact product ``run``
     #: must equal.
     operands: tuple[torch.Tensor, torch.Tensor] | None = None
+    #: What the backend actually computed when it differs from the asked-for configuration
+    #: (a peer's own outlier test, weights or rounding), recorded with the row.
+    variant: str = ""
+    #: One-off compile time spent building ``run`` (outside every timed region), if any.
+    compile_seconds: float | None = None
 
 
 class Backend:

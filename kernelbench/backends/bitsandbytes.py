@@ -237,7 +237,7 @@ class BitsandbytesBackend(Backend):
                 weight_bytes=pw.nbytes,
                 outlier_cols=int(qa.outlier_cols.numel()),
             )
-        r.variant = variant  # optional attribute: which bitsandbytes variant this row is
+        r.variant = variant
         return r
 
 
