@@ -59,6 +59,13 @@ def check_activation(
     _require(x.dim() == 2, f"x must be 2-D (tokens, in_features), got shape {tuple(x.shape)}")
     _require(x.dtype in FLOAT_DTYPES, f"x dtype must be one of fp16/bf16/fp32, got {x.dtype}")
     _require(x.is_contiguous(), "x must be contiguous (call .contiguous())")
+    if weight is not None:
+        # the weight's own checks come first: its shape is read below
+        _require(
+            isinstance(weight, torch.Tensor) and weight.dim() == 2,
+            f"weight must be 2-D (out_features, in_features), got "
+            f"{tuple(getattr(weight, 'shape', ()))}",
+        )
     k = (
         in_features
         if in_features is not None
