@@ -1,0 +1,64 @@
+// CUTLASS int8 GEMM with a fused LLM.int8() dequantize epilogue (kernelbench._cutlass).
+//
+// UNVERIFIED: compiled for sm_80 / sm_90a against the CUTLASS 4.2 headers; never run on a GPU in
+// the session that wrote it.
+//
+// out (m, n) fp16/bf16 = float(a (m, k) int8 @ b (n, k)^T int8, int32 accumulation)
+//                        * row_scale[i] * col_scale[j] + bias[j] + outlier[i, j]
+// where row_scale = the activation row absmax (m floats), col_scale = the weight column absmax
+// already multiplied by 1/127^2 (n floats), bias (n floats, optional) and outlier (m x n floats,
+// row-major, optional) are fp32. The int32 product never leaves the registers.
+//
+// Layout: a row-major (m, k), b row-major (n, k) (nn.Linear layout, i.e. column-major k x n),
+// out row-major (m, n). Rules (checked again in kernelbench/cutlass_ext.py): k % 16 == 0,
+// n % 16 == 0, every pointer 16-byte aligned, m, n, k < 2^31.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime.h>
+
+namespace kb {
+namespace cutlass_int8 {
+
+// Element type codes: the same numbers as kb::DType in kb_cuda.cuh (fp16 = 0, bf16 = 1).
+enum OutDType : int { kOutFloat16 = 0, kOutBFloat16 = 1 };
+
+// Tile configurations. kAuto picks by m (see select_tile in cutlass_int8.cu).
+enum Tile : int { kAuto = -1, kSmallM = 0, kLarge = 1 };
+
+struct Problem {
+  const int8_t* a = nullptr;
+  const int8_t* b = nullptr;
+  const float* row_scale = nullptr;  // (m)
+  const float* col_scale = nullptr;  // (n), absmax / 127^2
+  const float* bias = nullptr;       // (n) or null
+  const float* outlier = nullptr;    // (m, n) or null
+  void* out = nullptr;               // (m, n) fp16 / bf16
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// Each returns normally or throws std::runtime_error / std::invalid_argument with the reason.
+// The sm80 entry point runs on compute capability 8.x only, the sm90 one on 9.0 only (their
+// kernels are compiled as empty bodies for the other architecture).
+void run_sm80(const Problem& p, int out_dtype, int tile);
+void run_sm90(const Problem& p, int out_dtype, int tile);
+
+// Human-readable list of the compiled instances, for cutlass_info().
+const char* sm80_instances();
+const char* sm90_instances();
+
+inline void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
+                             cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+  }
+}
+
+}  // namespace cutlass_int8
+}  // namespace kb
