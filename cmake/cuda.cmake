@@ -14,6 +14,8 @@
 #   the target Python's site-packages: nvidia/cu13, then nvidia/cublas (the cu12 wheels);
 #   the CUDA toolkit (CUDA::cublasLt).
 # Architectures: sm_80 and sm_90a (CUDA_ARCHITECTURES is OFF; the -gencode flags are explicit).
+# A second module, kernelbench._cutlass (csrc/cutlass_int8*.cu), is built when the CUTLASS
+# headers are found (see the CUTLASS section at the end).
 
 string(TOUPPER "${KERNELBENCH_CUDA}" _kb_cuda_mode)
 if(NOT _kb_cuda_mode MATCHES "^(ON|OFF|AUTO)$")
@@ -139,3 +141,68 @@ target_compile_options(_cuda PRIVATE
 target_link_libraries(_cuda PRIVATE kb_cublaslt CUDA::cudart_static)
 install(TARGETS _cuda LIBRARY DESTINATION kernelbench)
 message(STATUS "kernelbench: building kernelbench._cuda for sm_80 and sm_90a")
+
+# --- CUTLASS: kernelbench._cutlass (optional) -------------------------------------------------
+# The fused int8 GEMM (csrc/cutlass_int8*.cu) needs the CUTLASS headers (include/ and
+# tools/util/include/), searched in order in:
+#   KERNELBENCH_CUTLASS_ROOT (CMake or environment variable): a CUTLASS checkout or the
+#     extracted headers (a folder with include/cutlass/cutlass.h);
+#   the target Python's nvidia-cutlass wheel (site-packages/cutlass_library/source);
+#   ~/.cache/kernelbench/cutlass-* (what scripts/check_cuda_build.sh extracts from that wheel).
+# Not found: the module is skipped with a message (the rest of kernelbench._cuda is unaffected).
+if(NOT DEFINED KERNELBENCH_CUTLASS_ROOT AND DEFINED ENV{KERNELBENCH_CUTLASS_ROOT})
+  set(KERNELBENCH_CUTLASS_ROOT "$ENV{KERNELBENCH_CUTLASS_ROOT}")
+endif()
+set(_kb_cutlass_roots "")
+if(KERNELBENCH_CUTLASS_ROOT)
+  list(APPEND _kb_cutlass_roots "${KERNELBENCH_CUTLASS_ROOT}")
+endif()
+execute_process(
+  COMMAND "${Python_EXECUTABLE}" -c
+          "import os, sys\nfor p in sys.path:\n    d = os.path.join(p or '.', 'cutlass_library', 'source')\n    if os.path.isfile(os.path.join(d, 'include', 'cutlass', 'cutlass.h')): print(os.path.abspath(d))"
+  RESULT_VARIABLE _kb_py_rc
+  OUTPUT_VARIABLE _kb_py_cutlass
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(_kb_py_rc EQUAL 0 AND _kb_py_cutlass)
+  string(REPLACE "\n" ";" _kb_py_cutlass "${_kb_py_cutlass}")
+  list(APPEND _kb_cutlass_roots ${_kb_py_cutlass})
+endif()
+if(DEFINED ENV{HOME})
+  file(GLOB _kb_cutlass_cached LIST_DIRECTORIES true "$ENV{HOME}/.cache/kernelbench/cutlass-*")
+  list(SORT _kb_cutlass_cached ORDER DESCENDING)
+  list(APPEND _kb_cutlass_roots ${_kb_cutlass_cached})
+endif()
+set(_kb_cutlass_root "")
+foreach(_root IN LISTS _kb_cutlass_roots)
+  if(EXISTS "${_root}/include/cutlass/cutlass.h")
+    set(_kb_cutlass_root "${_root}")
+    break()
+  endif()
+endforeach()
+if(NOT _kb_cutlass_root)
+  message(STATUS "kernelbench: kernelbench._cutlass skipped: CUTLASS headers not found (set "
+                 "KERNELBENCH_CUTLASS_ROOT, pip install nvidia-cutlass, or run "
+                 "scripts/check_cuda_build.sh once to fill ~/.cache/kernelbench)")
+  return()
+endif()
+pybind11_add_module(_cutlass MODULE NO_EXTRAS
+  csrc/cutlass_int8.cu csrc/cutlass_int8_sm80.cu csrc/cutlass_int8_sm90.cu)
+set_target_properties(_cutlass PROPERTIES
+  CUDA_ARCHITECTURES OFF
+  CUDA_STANDARD 17
+  CUDA_STANDARD_REQUIRED ON
+  CUDA_RUNTIME_LIBRARY Static
+  CXX_VISIBILITY_PRESET hidden
+  CUDA_VISIBILITY_PRESET hidden)
+target_include_directories(_cutlass PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/csrc"
+  "${_kb_cutlass_root}/include" "${_kb_cutlass_root}/tools/util/include")
+target_compile_options(_cutlass PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_80,code=sm_80>
+  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a>
+  $<$<COMPILE_LANGUAGE:CUDA>:-O3>
+  $<$<COMPILE_LANGUAGE:CUDA>:-DNDEBUG>
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fvisibility=hidden>)
+target_link_libraries(_cutlass PRIVATE CUDA::cudart_static)
+install(TARGETS _cutlass LIBRARY DESTINATION kernelbench)
+message(STATUS "kernelbench: building kernelbench._cutlass (CUTLASS from ${_kb_cutlass_root})")

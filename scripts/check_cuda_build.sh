@@ -7,9 +7,13 @@
 # (nvidia/cu13 or nvidia/cublas), or a cache that this script fills from the nvidia-cublas wheel
 # on PyPI (headers only are kept; the wheel itself is ~420 MB and deleted after extraction).
 # pybind11 headers come from the Python, else from a pip --target install in the same cache.
+# CUTLASS headers (for csrc/cutlass_int8*.cu) come from KERNELBENCH_CUTLASS_ROOT, the Python's
+# nvidia-cutlass wheel (site-packages/cutlass_library/source), or a cache that this script fills
+# from that wheel on PyPI (~6 MB; include/ and tools/util/include/ are kept).
 #
 # Env: NVCC_JOBS (parallel nvcc processes, default nproc), NVIDIA_CUBLAS_VERSION (wheel pin),
-#      KB_CUDA_CACHE (cache folder, default ~/.cache/kernelbench).
+#      NVIDIA_CUTLASS_VERSION (wheel pin), KB_CUDA_CACHE (cache folder, default
+#      ~/.cache/kernelbench).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +21,7 @@ cd "$root"
 py="${PYTHON:-python3}"
 cache="${KB_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kernelbench}"
 cublas_version="${NVIDIA_CUBLAS_VERSION:-13.1.0.3}"
+cutlass_version="${NVIDIA_CUTLASS_VERSION:-4.2.0.0}"
 
 say() { printf '[check_cuda_build] %s\n' "$*"; }
 die() { printf '[check_cuda_build] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -85,6 +90,48 @@ if [[ -z "$pb_inc" ]]; then
 fi
 say "pybind11 headers: $pb_inc"
 
+# --- CUTLASS headers -----------------------------------------------------------------------
+cutlass_root=""
+if [[ -n "${KERNELBENCH_CUTLASS_ROOT:-}" && -f "$KERNELBENCH_CUTLASS_ROOT/include/cutlass/cutlass.h" ]]; then
+  cutlass_root="$KERNELBENCH_CUTLASS_ROOT"
+else
+  cutlass_root="$("$py" - <<'EOF' || true
+import os, sys
+for p in sys.path:
+    d = os.path.join(p or ".", "cutlass_library", "source")
+    if os.path.isfile(os.path.join(d, "include", "cutlass", "cutlass.h")):
+        print(os.path.abspath(d))
+        raise SystemExit
+EOF
+)"
+fi
+if [[ -z "$cutlass_root" ]]; then
+  cutlass_root="$cache/cutlass-$cutlass_version"
+  if [[ ! -f "$cutlass_root/include/cutlass/cutlass.h" ]]; then
+    say "CUTLASS headers not found: fetching nvidia-cutlass==$cutlass_version from PyPI (headers only kept)"
+    tmp_whl="$(mktemp -d)"
+    "$py" -m pip download -q --no-deps --only-binary=:all: -d "$tmp_whl" \
+      "nvidia-cutlass==$cutlass_version" || { rm -rf "$tmp_whl"; die "pip download nvidia-cutlass failed"; }
+    "$py" - "$tmp_whl" "$cutlass_root" <<'EOF' || { rm -rf "$tmp_whl"; die "extracting CUTLASS headers failed"; }
+import glob, os, sys, zipfile
+whl = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+keep = {"cutlass_library/source/include/": "include/",
+        "cutlass_library/source/tools/util/include/": "tools/util/include/"}
+with zipfile.ZipFile(whl) as z:
+    for name in z.namelist():
+        for pre, dst in keep.items():
+            if name.startswith(pre) and not name.endswith("/"):
+                out = os.path.join(sys.argv[2], dst, name[len(pre):])
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                with open(out, "wb") as f:
+                    f.write(z.read(name))
+EOF
+    rm -rf "$tmp_whl"
+  fi
+fi
+[[ -f "$cutlass_root/include/cutlass/cutlass.h" ]] || die "no cutlass/cutlass.h in $cutlass_root/include"
+say "CUTLASS headers: $cutlass_root ($(grep -m1 -o 'define CUTLASS_MAJOR [0-9]*' "$cutlass_root/include/cutlass/version.h" 2>/dev/null || echo 'version ?'))"
+
 # --- compile -------------------------------------------------------------------------------
 shopt -s nullglob
 sources=(csrc/*.cu)
@@ -94,7 +141,9 @@ trap 'rm -rf "$out"' EXIT
 njobs="${NVCC_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 flags=(-c -O3 -std=c++17 -DNDEBUG -Xcompiler=-fPIC -Xcompiler=-Wall
        -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a
-       -I"$root/csrc" -I"$cublas_inc" -I"$py_inc" -I"$pb_inc")
+       --expt-relaxed-constexpr
+       -I"$root/csrc" -I"$cublas_inc" -I"$py_inc" -I"$pb_inc"
+       -I"$cutlass_root/include" -I"$cutlass_root/tools/util/include")
 say "compiling ${#sources[@]} file(s) for sm_80 + sm_90a with $njobs job(s) into $out"
 
 start_all=$SECONDS

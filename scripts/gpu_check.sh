@@ -118,7 +118,7 @@ EOF
     -DPython_EXECUTABLE="$(command -v python3)" \
     -Dpybind11_DIR="$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')" &&
     "$cmake_bin" --build "$b" -j "$jobs" &&
-    cp -v "$b"/_cuda*.so "$root/kernelbench/"
+    cp -v "$b"/_cu*.so "$root/kernelbench/"  # _cuda, and _cutlass when CUTLASS was found
 }
 if [[ -z "$cmake_bin" || -z "$nvcc_path" ]]; then
   echo "cannot build: cmake or nvcc missing"
@@ -137,6 +137,10 @@ step import 60 python3 - <<'EOF'
 from kernelbench import cuda_ext
 print("unavailable_reason:", cuda_ext.unavailable_reason())
 print(cuda_ext.info())
+from kernelbench import cutlass_ext
+print("cutlass unavailable_reason:", cutlass_ext.unavailable_reason())
+if cutlass_ext.extension_built():
+    print(cutlass_ext.info())
 EOF
 
 # --- tests and benchmark ------------------------------------------------------------------------
