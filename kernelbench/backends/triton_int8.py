@@ -90,7 +90,7 @@ def _kernels():
         raise RuntimeError(why)
     # The kernels resolve names (``tl``, the helper jit functions) through this module's
     # globals, as triton's compiler and interpreter both do: bind them there.
-    global tl, _round_half_even, _epilogue
+    global tl, _round_half_even, _epilogue, _to_bf16
     import triton
     import triton.language as tl
 
@@ -102,6 +102,14 @@ def _kernels():
         fi = f.to(tl.int32)
         up = (d > 0.5) | ((d == 0.5) & ((fi & 1) == 1))
         return fi + up.to(tl.int32)
+
+    @triton.jit
+    def _to_bf16(y):
+        # float32 -> bfloat16, round to nearest even, done on the bits (finite y): the Triton
+        # interpreter's own fp32 -> bf16 cast truncates; this is the same on a GPU and there.
+        u = y.to(tl.uint32, bitcast=True)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        return u.to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
     @triton.jit
     def _outlier_kernel(
@@ -181,6 +189,7 @@ def _kernels():
         a_ptr, b_ptr, out_ptr, row_ptr, col_ptr, bias_ptr, xo_ptr, wo_ptr,
         M, N, K, C, dq, stride_am, stride_bn, stride_om,
         EPILOGUE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr,
+        OUT_BF16: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr,
     ):  # fmt: skip
@@ -211,7 +220,10 @@ def _kernels():
         if EPILOGUE:
             y = _epilogue(acc, offs_m, offs_n, m_ok, n_ok, row_ptr, col_ptr, bias_ptr, xo_ptr,
                           wo_ptr, C, dq, HAS_BIAS, HAS_OUTLIER, BLOCK_M, BLOCK_N)  # fmt: skip
-            tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
+            if OUT_BF16:
+                tl.store(out, _to_bf16(y), mask=ok)
+            else:
+                tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
         else:
             tl.store(out, acc, mask=ok)
 
@@ -219,7 +231,7 @@ def _kernels():
     def _dequantize_kernel(
         acc_ptr, out_ptr, row_ptr, col_ptr, bias_ptr, xo_ptr, wo_ptr, M, N, C, dq,
         stride_am, stride_om,
-        HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr,
+        HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr, OUT_BF16: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -231,8 +243,11 @@ def _kernels():
         acc = tl.load(acc_ptr + rows * stride_am + offs_n[None, :], mask=ok, other=0)
         y = _epilogue(acc, offs_m, offs_n, m_ok, n_ok, row_ptr, col_ptr, bias_ptr, xo_ptr,
                       wo_ptr, C, dq, HAS_BIAS, HAS_OUTLIER, BLOCK_M, BLOCK_N)  # fmt: skip
-        tl.store(out_ptr + rows * stride_om + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
-                 mask=ok)  # fmt: skip
+        out = out_ptr + rows * stride_om + offs_n[None, :]
+        if OUT_BF16:
+            tl.store(out, _to_bf16(y), mask=ok)
+        else:
+            tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
 
     interpret = type(_gemm_kernel).__name__ == "InterpretedFunction"
     return {
@@ -305,11 +320,11 @@ class TritonBackend(Backend):
             return Availability.no(CPU_REASON)
         if device.type != "cuda":
             return Availability.no(f"device type {device.type!r} is not supported")
+        if not torch.cuda.is_available():
+            return Availability.no("no CUDA device (torch.cuda.is_available() is False)")
         why = triton_import_error()
         if why:
             return Availability.no(why)
-        if not torch.cuda.is_available():
-            return Availability.no("no CUDA device (torch.cuda.is_available() is False)")
         try:
             cap = torch.cuda.get_device_capability(device)
         except Exception as exc:  # noqa: BLE001
@@ -408,6 +423,7 @@ class TritonBackend(Backend):
             xo if xo is not None else dummy, wo if wo is not None else dummy,
             m, n, k, c, quant.DEQUANT_CONSTANT, a.stride(0), pw.int8.stride(0), out.stride(0),
             EPILOGUE=row is not None, HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0,
+            OUT_BF16=out.dtype == torch.bfloat16,
             **cfg,
         )  # fmt: skip
         return out
@@ -468,7 +484,8 @@ class TritonBackend(Backend):
             acc, out, row, col, bias if bias is not None else out,
             xo if xo is not None else out, wo if wo is not None else out,
             m, n, c, quant.DEQUANT_CONSTANT, acc.stride(0), out.stride(0),
-            HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0, BLOCK_M=bm, BLOCK_N=bn,
+            HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0, OUT_BF16=out.dtype == torch.bfloat16,
+            BLOCK_M=bm, BLOCK_N=bn,
         )  # fmt: skip
         return out
 
