@@ -2,9 +2,8 @@
 # Download into .whl/ the wheels that scripts/gpu_check.sh installs offline on a GPU machine
 # (python 3.12, manylinux x86_64, torch 2.11 + CUDA 13 preinstalled, no internet).
 #
-# Only what such an image typically lacks: the build tools (scikit-build-core, pybind11, cmake,
-# ninja), pytest + hypothesis, and kernelbench's CLI/report dependencies. nvidia-cublas is NOT
-# fetched (~420 MB): torch's CUDA 13 wheel already depends on it, headers included. With
+# Only what that image lacks (see the list below). nvidia-cublas is NOT fetched (~420 MB):
+# torch's CUDA 13 wheel already depends on it, headers included. With
 # KB_FETCH_NVCC=1 the nvcc 13.0 toolchain wheels are added too, for images without a CUDA
 # toolkit (they make the folder larger than the 60 MiB budget; the script reports the total).
 set -euo pipefail
@@ -14,13 +13,13 @@ dest="$root/.whl"
 mkdir -p "$dest"
 py="${PYTHON:-python3}"
 
+# The H200 image already holds torch 2.11, triton, scikit-build-core, pybind11, cmake, ninja,
+# pytest, hypothesis, typer, rich, pandas, matplotlib, seaborn, jinja2 and nvidia-cublas
+# (device tool's KINDS.md): carry only what it lacks, so no package exists in two versions.
 pkgs=(
-  scikit-build-core==1.1.2 pybind11==3.1.0 cmake==4.4.4 ninja==1.13.2 pathspec==1.1.1
-  packaging==26.3
-  pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 hypothesis==6.170.15 sortedcontainers==2.4.0
-  typer==0.29.1 click==8.5.1 rich==15.0.0 shellingham==1.5.4 markdown-it-py==4.3.0 mdurl==0.1.2
-  pygments==2.21.0
-  pandas==3.1.1 python-dateutil==2.9.0.post0 six==1.17.0 tzdata==2025.2
+  nvidia-cutlass==4.2.0.0   # CUTLASS headers for kernelbench._cutlass (~6 MB)
+  bitsandbytes==0.50.2      # peer backend (~43 MB)
+  torchao==0.18.0           # peer backend (~3 MB)
 )
 if [[ "${KB_FETCH_NVCC:-0}" == 1 ]]; then
   pkgs+=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88

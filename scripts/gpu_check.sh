@@ -125,7 +125,7 @@ if [[ -z "$cmake_bin" || -z "$nvcc_path" ]]; then
   ((first_rc == 0)) && first_rc=1
 else
   saved_rc=$first_rc
-  if ! step build 300 build_full; then
+  if ! step build 420 build_full; then
     # The full build failing (e.g. the CPU module) must not hide a working CUDA module; the
     # failure stays in steps.tsv and build.log.
     first_rc=$saved_rc
