@@ -32,7 +32,9 @@ Devices: timed on CUDA only (``availability``: triton importable, a CUDA device 
 capability >= 8.0, interpreter off). On CPU the kernels run only under the Triton interpreter
 (``TRITON_INTERPRET=1`` set before triton is imported), which the tests use for correctness at
 small sizes. UNVERIFIED: the GPU path has not run on a GPU in the session that wrote it; the
-block sizes are an untuned heuristic.
+kernels were only compiled ahead of time (triton 3.9, no device): the GEMM lowers to int8
+``mma.sync ... s32.s8.s8.s32`` on sm_80 and ``wgmma ... s32.s8.s8`` on sm_90. The block sizes are
+an untuned heuristic.
 """
 
 from __future__ import annotations
