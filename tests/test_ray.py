@@ -10,7 +10,9 @@ extra), except the missing-Ray test.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -59,6 +61,31 @@ def _keys(rows) -> dict:
     return {r.key(): r.status for r in rows}
 
 
+@contextlib.contextmanager
+def _deadline(seconds: int):
+    """Nothing here may hang the suite: past ``seconds`` a TimeoutError is raised (SIGALRM)."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"tests/test_ray.py: over {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(autouse=True)
+def _per_test_deadline():
+    with _deadline(150):
+        yield
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
@@ -66,15 +93,17 @@ def cluster():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 2**20}
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # hooks defined here
-    c = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    c = Cluster()
     try:
-        c.add_node(**node)
-        ray.init(
-            address=c.address,
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        with _deadline(150):
+            c.add_node(**node, include_dashboard=False)  # the head
+            c.add_node(**node)
+            ray.init(
+                address=c.address,
+                _node_ip_address="127.0.0.1",
+                include_dashboard=False,
+                log_to_driver=False,
+            )
         yield c
     finally:
         ray.shutdown()
@@ -119,7 +148,7 @@ def _slow_32(item):
 @needs_ray
 def test_ray_matches_local_and_resumes(cluster, local_rows):
     local = _keys(local_rows)
-    assert set(local.values()) >= {"ok", "skipped"}  # torch has no llm_int8: a skipped row
+    assert set(local.values()) >= {"ok", "skipped"}  # custom has no fp16: a skipped row
     got = _keys(_sweep(_ray(), _opts((16, 32))))
     assert got == local
     # --resume: keys in done are not measured again, the rest are
