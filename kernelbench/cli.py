@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -131,7 +132,8 @@ def run(
         tokens = tokens or ",".join(map(str, QUICK_TOKENS))
     try:
         the_case = load_case(case)
-        dev = resolve_device(device)
+        # A Ray driver need not have the workers' GPU: the executor resolves the device there.
+        dev = resolve_device(device) if executor == "local" else torch.device("cpu")
         timer = TimerSettings(
             budget_s=budget or (0.3 if quick else 3.0), warmup_s=0.05 if quick else 0.2
         )
@@ -143,7 +145,7 @@ def run(
             dist=dist,
             backends=_csv(backends),
             methods=_csv(methods),
-            device=dev.type,
+            device=dev.type if executor == "local" else device,
             cfg=QuantConfig(alpha, outlier_cmp, outlier_weights),
             timer=timer,
             max_call_s=max_call or (5.0 if quick else 30.0),
@@ -154,7 +156,7 @@ def run(
         pairs = method_pairs(opts)
         runner = get_executor(executor, address=address)
     except (ValueError, KeyError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     writer = ResultsWriter(out)
     done = writer.done_keys() if resume else set()
@@ -171,6 +173,11 @@ def run(
             "quant": vars(opts.cfg) | {},
         },
     )
+    if hasattr(runner, "cluster_env"):
+        try:
+            env["hosts"] = runner.cluster_env(opts.device)["hosts"]
+        except Exception as exc:  # noqa: BLE001 - per-host env is informative
+            console.print(f"[yellow]no per-host env: {escape(str(exc))}[/yellow]")
     (out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
     console.print(
         f"kernelbench run: {len(items)} cells x {len(pairs)} (backend, method) pairs "
@@ -187,14 +194,15 @@ def run(
         console=console,
     ) as progress:
         task = progress.add_task("starting", total=total)
-        for item, row in runner.run(items, the_case, opts, done):
-            writer.append(row)
-            mark = {"ok": "", "skipped": " (skipped)", "failed": " [red](failed)[/red]"}
-            progress.update(
-                task,
-                advance=1,
-                description=f"{item.label} {row.backend}/{row.method}{mark[row.status]}",
-            )
+        mark = {"ok": "", "skipped": " (skipped)", "failed": " [red](failed)[/red]"}
+        try:
+            for item, row in runner.run(items, the_case, opts, done):
+                writer.append(row)
+                label = f"{item.label} {row.backend}/{row.method}{mark[row.status]}"
+                progress.update(task, advance=1, description=label)
+        except ValueError as exc:  # an executor that cannot start (no GPU on the cluster...)
+            console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
         progress.update(task, completed=total)
     df = load_results(out)
     print_tables(df, console)
@@ -211,7 +219,7 @@ def show(run_dir: Path) -> None:
     try:
         df = load_results(run_dir)
     except SchemaError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     print_tables(df, console)
 
@@ -245,7 +253,7 @@ def compare(
     try:
         result = compare_runs(base, new, speed_tol, error_tol)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     typer.echo(render(result, fmt), nl=False)
     raise typer.Exit(result.exit_code)
@@ -267,7 +275,7 @@ def baseline_update(
     try:
         dest = update_baseline(run_dir, baselines_dir, force=force)
     except BaselineError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     console.print(f"baseline written: {dest}")
 

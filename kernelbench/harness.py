@@ -135,6 +135,41 @@ def _error_rows(m: int, limit: int, seed: int) -> torch.Tensor:
     return torch.randperm(m, generator=gen)[:limit].sort().values
 
 
+def base_row(
+    item: WorkItem,
+    case: Case,
+    backend: str,
+    method: str,
+    device: torch.device,
+    dclass: str,
+) -> ResultRow:
+    """The row of one (backend, method) on one cell before anything is measured: its key and
+    the cell's description. Executors use it to record rows they could not measure."""
+    k, n = case.shape(item.layer, item.size.d_model)
+    m = item.tokens
+    return ResultRow(
+        case=case.name,
+        size=item.size.name,
+        d_model=item.size.d_model,
+        layer=item.layer,
+        tokens=m,
+        m=m,
+        k=k,
+        n=n,
+        dist=item.dist,
+        seed=0,
+        backend=backend,
+        method=method,
+        device=device.type,
+        device_class=dclass,
+        dtype=str(sixteen_bit_dtype(device)).replace("torch.", ""),
+        threads=torch.get_num_threads(),
+        host=socket.gethostname(),
+        paper_speedup=case.paper_figure(method, item.size.d_model, item.layer, m),
+        weight_bytes_16bit=(n * k + n) * 2,
+    )
+
+
 def measure_cell(
     item: WorkItem,
     case: Case,
@@ -153,30 +188,9 @@ def measure_cell(
     pairs = method_pairs(opts)
     done = done or set()
 
-    def base_row(backend: str, method: str) -> ResultRow:
-        return ResultRow(
-            case=case.name,
-            size=item.size.name,
-            d_model=item.size.d_model,
-            layer=item.layer,
-            tokens=m,
-            m=m,
-            k=k,
-            n=n,
-            dist=item.dist,
-            seed=0,
-            backend=backend,
-            method=method,
-            device=device.type,
-            device_class=dclass,
-            dtype=str(dtype).replace("torch.", ""),
-            threads=torch.get_num_threads(),
-            host=socket.gethostname(),
-            paper_speedup=case.paper_figure(method, item.size.d_model, item.layer, m),
-            weight_bytes_16bit=(n * k + n) * 2,
-        )
-
-    todo = [(b, mt) for b, mt in pairs if base_row(b, mt).key() not in done]
+    todo = [
+        (b, mt) for b, mt in pairs if base_row(item, case, b, mt, device, dclass).key() not in done
+    ]
     if not todo:
         return
     inputs = make_inputs(case, item.size, item.layer, m, item.dist, dtype, device, activations)
@@ -188,7 +202,7 @@ def measure_cell(
     baseline_error: float | None = None
 
     for backend_name, method in todo:
-        row = base_row(backend_name, method)
+        row = base_row(item, case, backend_name, method, device, dclass)
         row.seed = inputs.seed
         backend = all_backends()[backend_name]
         avail = backend.supports(method, device, dtype, m, k, n)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -37,12 +36,12 @@ except ImportError as _exc:  # get_executor turns this into a CLI error
 import torch
 
 from kernelbench import env as envmod
-from kernelbench.backends.base import sixteen_bit_dtype
 from kernelbench.cases import Case
 from kernelbench.harness import (
     CallEstimator,
     RunOptions,
     WorkItem,
+    base_row,
     load_user_activations,
     measure_cell,
     method_pairs,
@@ -66,42 +65,15 @@ def _measure_item(item, case, opts, estimator, done, activations, hook, threads)
 
 
 def _cell_rows(item: WorkItem, case: Case, opts: RunOptions, done: set) -> list[ResultRow]:
-    """The rows ``measure_cell`` would start from for this cell, on this machine, minus ``done``.
-
-    Mirrors ``base_row`` inside :func:`kernelbench.harness.measure_cell` (the tests check that
-    the keys agree); to be replaced by a harness helper that both use.
-    """
+    """The rows ``measure_cell`` would start from for this cell, on this machine, minus ``done``."""
     device = torch.device(opts.device)
     try:
         dclass = envmod.device_class(device)
     except Exception:  # noqa: BLE001 - e.g. a driver without the GPU the workers have
         dclass = f"{device.type}-unknown"
-    dtype = sixteen_bit_dtype(device)
-    k, n = case.shape(item.layer, item.size.d_model)
-    m = item.tokens
     rows = []
     for backend, method in method_pairs(opts):
-        row = ResultRow(
-            case=case.name,
-            size=item.size.name,
-            d_model=item.size.d_model,
-            layer=item.layer,
-            tokens=m,
-            m=m,
-            k=k,
-            n=n,
-            dist=item.dist,
-            seed=0,
-            backend=backend,
-            method=method,
-            device=device.type,
-            device_class=dclass,
-            dtype=str(dtype).replace("torch.", ""),
-            threads=torch.get_num_threads(),
-            host=socket.gethostname(),
-            paper_speedup=case.paper_figure(method, item.size.d_model, item.layer, m),
-            weight_bytes_16bit=(n * k + n) * 2,
-        )
+        row = base_row(item, case, backend, method, device, dclass)
         if row.key() not in done:
             rows.append(row)
     return rows
