@@ -29,8 +29,26 @@ try:
 except ImportError:  # pragma: no cover - CI installs the [ray] extra
     ray = None
 
+def _loopback_only() -> bool:
+    """True inside a network namespace whose only interface is ``lo``."""
+    import socket
+
+    try:
+        return [name for _, name in socket.if_nameindex()] == ["lo"]
+    except OSError:
+        return False
+
+
+# Ray 2.60 opens its ports on every interface whatever address it is given, and on this
+# project's VMs a Ray started beside other interfaces was seen to hang in its GCS connection.
+# The cluster tests therefore run only where the network namespace has loopback alone: CI runs
+# the suite under `unshare -n` (.ci/run); locally, `scripts/run_isolated.sh pytest -q`.
 needs_ray = pytest.mark.skipif(
-    ray is None, reason="ray is not installed (pip install 'llmint8-kernelbench[ray]')"
+    ray is None or not _loopback_only(),
+    reason="ray is not installed (pip install 'llmint8-kernelbench[ray]')"
+    if ray is None
+    else "Ray cluster tests run only in a loopback-only network namespace "
+    "(scripts/run_isolated.sh pytest -q; CI does this)",
 )
 
 FAST = TimerSettings(budget_s=0.05, warmup_s=0.0, min_samples=1, noise_window=3)
