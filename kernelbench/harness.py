@@ -98,7 +98,9 @@ def plan(case: Case, opts: RunOptions) -> list[WorkItem]:
 
 def method_pairs(opts: RunOptions) -> list[tuple[str, str]]:
     """(backend, method) pairs in measuring order: baselines first."""
-    backends = list(opts.backends or all_backends())
+    backends = list(
+        opts.backends or [n for n, b in all_backends().items() if b.in_default_sweep]
+    )
     methods = list(opts.methods or METHODS)
     unknown = [b for b in backends if b not in all_backends()]
     if unknown:

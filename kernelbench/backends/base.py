@@ -103,6 +103,9 @@ class Backend:
     description: str = ""
     #: Methods this backend can run at all (before device/dtype/shape checks).
     methods: tuple[str, ...] = INT8_STAGE_METHODS
+    #: Part of a sweep when ``--backends`` is not given. Off for backends whose one-off set-up
+    #: (e.g. a minute of torch.compile per shape) would dominate a default sweep's time.
+    in_default_sweep: bool = True
 
     # --- availability ----------------------------------------------------------------------
 

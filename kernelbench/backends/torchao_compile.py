@@ -16,6 +16,7 @@ from kernelbench.backends.torchao import TorchaoBackend
 class TorchaoCompileBackend(TorchaoBackend):
     name = "torchao_compile"
     compile = True
+    in_default_sweep = False  # ~75 s of compile per shape on 2 cores: ask for it by name
 
 
 BACKEND = TorchaoCompileBackend()
