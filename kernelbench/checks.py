@@ -12,9 +12,42 @@ class InputError(ValueError):
     """Bad input to a kernel or a method (shape, dtype, layout, device, values)."""
 
 
-def _require(cond: bool, msg: str) -> None:
+def require(cond: bool, msg: str) -> None:
+    """Raise :class:`InputError` with ``msg`` unless ``cond``."""
     if not cond:
         raise InputError(msg)
+
+
+_require = require
+
+
+def check_tensor(
+    t: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...], shape: tuple[int, ...]
+) -> None:
+    """``t`` is a contiguous tensor of one of ``dtypes`` with ``shape`` (-1: any size)."""
+    require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t)}")
+    names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
+    require(t.dtype in dtypes, f"{name} must be {names}, got {t.dtype}")
+    require(t.dim() == len(shape), f"{name} must be {len(shape)}-D, got shape {tuple(t.shape)}")
+    require(t.is_contiguous(), f"{name} must be contiguous (call .contiguous())")
+    for i, size in enumerate(shape):
+        require(
+            size < 0 or t.shape[i] == size, f"{name} must have shape {shape}, got {tuple(t.shape)}"
+        )
+
+
+def same_cuda_device(tensors: list[tuple[str, torch.Tensor | None]]) -> torch.device:
+    """The one CUDA device all the given (name, tensor) pairs are on (``None`` tensors skipped)."""
+    dev = None
+    for name, t in tensors:
+        if t is None:
+            continue
+        require(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
+        if dev is None:
+            dev = t.device
+        require(t.device == dev, f"{name} is on {t.device}, expected {dev}")
+    require(dev is not None, "no tensor given")
+    return dev
 
 
 def check_finite(t: torch.Tensor, name: str) -> None:

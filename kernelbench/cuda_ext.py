@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import torch
 
-from kernelbench.checks import InputError
+from kernelbench.checks import check_tensor as _check_tensor
+from kernelbench.checks import require as _require
+from kernelbench.checks import same_cuda_device as _check_device
 
 try:  # the module is only built where a CUDA toolchain was found (cmake/cuda.cmake)
     from kernelbench import _cuda as _ext  # type: ignore[attr-defined]
@@ -82,42 +84,12 @@ def info() -> dict:
 # --- checks ----------------------------------------------------------------------------------
 
 
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise InputError(msg)
-
-
-def _check_tensor(
-    t: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...], shape: tuple[int, ...]
-) -> None:
-    _require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t)}")
-    names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
-    _require(t.dtype in dtypes, f"{name} must be {names}, got {t.dtype}")
-    _require(t.dim() == len(shape), f"{name} must be {len(shape)}-D, got shape {tuple(t.shape)}")
-    _require(t.is_contiguous(), f"{name} must be contiguous (call .contiguous())")
-    for i, s in enumerate(shape):
-        _require(s < 0 or t.shape[i] == s, f"{name} must have shape {shape}, got {tuple(t.shape)}")
-
-
 def _check_aligned(t: torch.Tensor, name: str) -> None:
     _require(
         t.data_ptr() % GEMM_ALIGN_BYTES == 0,
         f"{name}.data_ptr() must be {GEMM_ALIGN_BYTES}-byte aligned for the int8 GEMM "
         f"(it is {t.data_ptr() % GEMM_ALIGN_BYTES} bytes off; use a fresh or .clone()d tensor)",
     )
-
-
-def _check_device(tensors: list[tuple[str, torch.Tensor | None]]) -> torch.device:
-    dev = None
-    for name, t in tensors:
-        if t is None:
-            continue
-        _require(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
-        if dev is None:
-            dev = t.device
-        _require(t.device == dev, f"{name} is on {t.device}, expected {dev}")
-    assert dev is not None
-    return dev
 
 
 def _require_ext():
@@ -195,8 +167,16 @@ def int8_gemm_outer_scaled(
     ext = _require_ext()
     with torch.cuda.device(dev):
         ext.int8_gemm_outer_scaled(
-            a.data_ptr(), b.data_ptr(), a_scale.data_ptr(), b_scale.data_ptr(), out.data_ptr(),
-            _DTYPE_CODES[out_dtype], m, n, a.shape[1], _stream(dev),
+            a.data_ptr(),
+            b.data_ptr(),
+            a_scale.data_ptr(),
+            b_scale.data_ptr(),
+            out.data_ptr(),
+            _DTYPE_CODES[out_dtype],
+            m,
+            n,
+            a.shape[1],
+            _stream(dev),
         )
     return out
 
@@ -224,8 +204,19 @@ def detect_outliers(
     ext = _require_ext()
     with torch.cuda.device(dev):
         c = ext.detect_outliers(
-            _ptr(x), m, k, _DTYPE_CODES[x.dtype], float(alpha), cmp == ">=", _ptr(kept_rows), r,
-            colmax.data_ptr(), mask.data_ptr(), cols.data_ptr(), count.data_ptr(), _stream(dev),
+            _ptr(x),
+            m,
+            k,
+            _DTYPE_CODES[x.dtype],
+            float(alpha),
+            cmp == ">=",
+            _ptr(kept_rows),
+            r,
+            colmax.data_ptr(),
+            mask.data_ptr(),
+            cols.data_ptr(),
+            count.data_ptr(),
+            _stream(dev),
         )
     return cols[:c], mask
 
@@ -264,8 +255,17 @@ def quantize_rows(
     ext = _require_ext()
     with torch.cuda.device(dev):
         ext.quantize_rows(
-            _ptr(x), m, k, _DTYPE_CODES[x.dtype], _ptr(mask) if c else 0, _ptr(cols), c,
-            _ptr(q), _ptr(amax), _ptr(vals), _stream(dev),
+            _ptr(x),
+            m,
+            k,
+            _DTYPE_CODES[x.dtype],
+            _ptr(mask) if c else 0,
+            _ptr(cols),
+            c,
+            _ptr(q),
+            _ptr(amax),
+            _ptr(vals),
+            _stream(dev),
         )
     return q, amax, vals
 
@@ -295,15 +295,29 @@ def dequantize(
         out = torch.empty((m, n), dtype=out_dtype, device=acc.device)
     _check_tensor(out, "out", (out_dtype,), (m, n))
     dev = _check_device(
-        [("acc", acc), ("row_absmax", row_absmax), ("col_absmax", col_absmax), ("bias", bias),
-         ("outlier", outlier), ("out", out)]
+        [
+            ("acc", acc),
+            ("row_absmax", row_absmax),
+            ("col_absmax", col_absmax),
+            ("bias", bias),
+            ("outlier", outlier),
+            ("out", out),
+        ]
     )
     if m == 0:
         return out
     ext = _require_ext()
     with torch.cuda.device(dev):
         ext.dequantize(
-            acc.data_ptr(), m, n, row_absmax.data_ptr(), col_absmax.data_ptr(), _ptr(bias),
-            _ptr(outlier), out.data_ptr(), _DTYPE_CODES[out_dtype], _stream(dev),
+            acc.data_ptr(),
+            m,
+            n,
+            row_absmax.data_ptr(),
+            col_absmax.data_ptr(),
+            _ptr(bias),
+            _ptr(outlier),
+            out.data_ptr(),
+            _DTYPE_CODES[out_dtype],
+            _stream(dev),
         )
     return out

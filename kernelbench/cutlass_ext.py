@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import torch
 
-from kernelbench.checks import InputError
+from kernelbench.checks import check_tensor as _check_tensor
+from kernelbench.checks import require as _require
+from kernelbench.checks import same_cuda_device as _check_device
 from kernelbench.quant import DEQUANT_CONSTANT
 
 try:  # only built where nvcc and the CUTLASS headers were found (cmake/cuda.cmake)
@@ -111,23 +113,6 @@ def info() -> dict:
 # --- checks ----------------------------------------------------------------------------------
 
 
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise InputError(msg)
-
-
-def _check_tensor(
-    t: torch.Tensor, name: str, dtypes: tuple[torch.dtype, ...], shape: tuple[int, ...]
-) -> None:
-    _require(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t)}")
-    names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
-    _require(t.dtype in dtypes, f"{name} must be {names}, got {t.dtype}")
-    _require(t.dim() == len(shape), f"{name} must be {len(shape)}-D, got shape {tuple(t.shape)}")
-    _require(t.is_contiguous(), f"{name} must be contiguous (call .contiguous())")
-    for i, s in enumerate(shape):
-        _require(s < 0 or t.shape[i] == s, f"{name} must have shape {shape}, got {tuple(t.shape)}")
-
-
 def _check_aligned(t: torch.Tensor | None, name: str) -> None:
     if t is None or t.numel() == 0:
         return
@@ -137,19 +122,6 @@ def _check_aligned(t: torch.Tensor | None, name: str) -> None:
         f"{name}.data_ptr() must be {ALIGN_BYTES}-byte aligned for the CUTLASS kernel "
         f"(it is {off} bytes off; use a fresh or .clone()d tensor)",
     )
-
-
-def _check_device(tensors: list[tuple[str, torch.Tensor | None]]) -> torch.device:
-    dev = None
-    for name, t in tensors:
-        if t is None:
-            continue
-        _require(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
-        if dev is None:
-            dev = t.device
-        _require(t.device == dev, f"{name} is on {t.device}, expected {dev}")
-    assert dev is not None
-    return dev
 
 
 def _require_ext():

@@ -64,6 +64,19 @@ class Availability:
         return cls(False, reason)
 
 
+def torch_device_availability(device: torch.device | str) -> Availability:
+    """Whether plain torch ops run on ``device`` here (CPU always; CUDA with a CUDA torch and
+    a GPU); backends made of torch ops (and peers built on them) start from this."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return Availability.yes()
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return Availability.no("torch has no CUDA device here (CPU build or no GPU)")
+        return Availability.yes()
+    return Availability.no(f"device type {device.type!r} is not supported")
+
+
 def sixteen_bit_dtype(device: torch.device | str) -> torch.dtype:
     """The device's 16-bit baseline dtype: fp16 on CUDA, bf16 on CPU."""
     return torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16

@@ -42,7 +42,13 @@ from functools import cache
 import torch
 
 from kernelbench.backends._peers import LazyImport
-from kernelbench.backends.base import Availability, Backend, Runner, method_config
+from kernelbench.backends.base import (
+    Availability,
+    Backend,
+    Runner,
+    method_config,
+    torch_device_availability,
+)
 from kernelbench.checks import check_activation, check_weight
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
@@ -106,13 +112,7 @@ class BitsandbytesBackend(Backend):
         device = torch.device(device)
         if _bnb() is None:
             return Availability.no(_BNB.error)
-        if device.type == "cpu":
-            return Availability.yes()
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                return Availability.no("torch has no CUDA device here (CPU build or no GPU)")
-            return Availability.yes()
-        return Availability.no(f"device type {device.type!r} is not supported")
+        return torch_device_availability(device)
 
     # stages: bitsandbytes' functional ops, wrapped in our dataclasses -------------------------
 

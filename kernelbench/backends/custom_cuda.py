@@ -15,7 +15,7 @@ import torch
 
 from kernelbench import cuda_ext
 from kernelbench.backends.base import Availability
-from kernelbench.checks import InputError
+from kernelbench.checks import require as _require
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 
@@ -48,8 +48,10 @@ class CustomCudaOps:
         them, int8 with them zeroed, and their 16-bit values. One host sync when
         decomposition is on (the outlier count)."""
         _require(x.dtype in cuda_ext.SIXTEEN_BIT, f"x must be float16/bfloat16, got {x.dtype}")
-        _require(x.dim() == 2 and x.shape[1] == pw.in_features,
-                 f"x must be (m, {pw.in_features}), got {tuple(x.shape)}")
+        _require(
+            x.dim() == 2 and x.shape[1] == pw.in_features,
+            f"x must be (m, {pw.in_features}), got {tuple(x.shape)}",
+        )
         if cfg.decomposition:
             kept = pw.kept_rows if pw.kept_rows.numel() else None
             cols, mask = cuda_ext.detect_outliers(x, cfg.alpha, cfg.outlier_cmp, kept)
@@ -72,15 +74,10 @@ class CustomCudaOps:
     ) -> torch.Tensor:
         """Fused eq. 7 + bias + outlier product, output in ``pw.dtype`` (fp16/bf16). A bias or
         outlier product that is not float32 is converted first (one extra small pass)."""
-        _require(pw.dtype in cuda_ext.SIXTEEN_BIT,
-                 f"the CUDA dequantize kernel writes float16/bfloat16, the layer is {pw.dtype}")
+        _require(
+            pw.dtype in cuda_ext.SIXTEEN_BIT,
+            f"the CUDA dequantize kernel writes float16/bfloat16, the layer is {pw.dtype}",
+        )
         bias = pw.bias.float().contiguous() if pw.bias is not None else None
         outl = outlier.float().contiguous() if outlier is not None else None
-        return cuda_ext.dequantize(
-            acc, qa.absmax.float(), pw.absmax.float(), bias, outl, pw.dtype
-        )
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise InputError(msg)
+        return cuda_ext.dequantize(acc, qa.absmax.float(), pw.absmax.float(), bias, outl, pw.dtype)

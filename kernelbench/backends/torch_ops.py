@@ -17,6 +17,7 @@ from kernelbench.backends.base import (
     Backend,
     Runner,
     sixteen_bit_dtype,
+    torch_device_availability,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
 from kernelbench.quant import PreparedWeight, QuantizedActivation
@@ -51,14 +52,7 @@ class TorchBackend(Backend):
     methods = METHODS
 
     def availability(self, device: torch.device) -> Availability:
-        device = torch.device(device)
-        if device.type == "cpu":
-            return Availability.yes()
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                return Availability.no("torch has no CUDA device here (CPU build or no GPU)")
-            return Availability.yes()
-        return Availability.no(f"device type {device.type!r} is not supported")
+        return torch_device_availability(device)
 
     def supports(self, method, device, dtype, m, k, n) -> Availability:
         avail = super().supports(method, device, dtype, m, k, n)

@@ -28,7 +28,7 @@ from functools import cache
 import torch
 
 from kernelbench.backends._peers import LazyImport
-from kernelbench.backends.base import Availability, Backend, Runner
+from kernelbench.backends.base import Availability, Backend, Runner, torch_device_availability
 from kernelbench.checks import check_activation, check_weight
 
 _TORCHAO = LazyImport("torchao")
@@ -105,13 +105,7 @@ class TorchaoBackend(Backend):
         reason = _smoke_test()
         if reason:
             return Availability.no(reason)
-        if device.type == "cpu":
-            return Availability.yes()
-        if device.type == "cuda":
-            if not torch.cuda.is_available():
-                return Availability.no("torch has no CUDA device here (CPU build or no GPU)")
-            return Availability.yes()
-        return Availability.no(f"device type {device.type!r} is not supported")
+        return torch_device_availability(device)
 
     def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
         """``cfg`` and ``kept_rows`` are ignored: torchao has no outlier decomposition."""

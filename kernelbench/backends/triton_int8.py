@@ -46,7 +46,8 @@ import torch
 
 from kernelbench import quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend
-from kernelbench.checks import FLOAT_DTYPES, InputError
+from kernelbench.checks import FLOAT_DTYPES
+from kernelbench.checks import require as _require
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 #: Largest k whose worst-case int32 sum ``k * 127 * 127`` cannot overflow.
@@ -280,11 +281,6 @@ def _gemm_config(m: int, n: int, k: int) -> dict:
     bk = _pow2_at_least(k, 32, 128)
     warps = 8 if bm * bn >= 128 * 128 else 4
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=3)
-
-
-def _require(cond: bool, msg: str) -> None:
-    if not cond:
-        raise InputError(msg)
 
 
 def _check_device(t: torch.Tensor, name: str) -> None:
