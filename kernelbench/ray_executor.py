@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -104,11 +105,19 @@ def connect(address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     common = dict(include_dashboard=False, log_to_driver=False, logging_level="warning")
-    if address:
-        ray.init(address=address, **common)
-        return False
-    ray.init(address="local", num_cpus=os.cpu_count(), _node_ip_address="127.0.0.1", **common)
-    return True
+    # Ray puts the driver's working directory first on its workers' sys.path: started from a
+    # source checkout, workers would import its kernelbench/ (without the built extensions)
+    # instead of the installed package. Start from a neutral directory.
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())  # (contextlib.chdir needs Python 3.11)
+    try:
+        if address:
+            ray.init(address=address, **common)
+            return False
+        ray.init(address="local", num_cpus=os.cpu_count(), _node_ip_address="127.0.0.1", **common)
+        return True
+    finally:
+        os.chdir(cwd)
 
 
 def _alive_nodes() -> list[dict]:

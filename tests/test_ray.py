@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -112,7 +113,11 @@ def cluster():
     node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 2**20}
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # hooks defined here
     c = Cluster()
+    cwd = os.getcwd()
     try:
+        # As ray_executor.connect does: from a source checkout, workers would otherwise import
+        # its kernelbench/ (Ray puts the driver's cwd first on their sys.path).
+        os.chdir(tempfile.gettempdir())
         with _deadline(150):
             c.add_node(**node, include_dashboard=False)  # the head
             c.add_node(**node)
@@ -122,8 +127,10 @@ def cluster():
                 include_dashboard=False,
                 log_to_driver=False,
             )
+        os.chdir(cwd)
         yield c
     finally:
+        os.chdir(cwd)
         ray.shutdown()
         c.shutdown()
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
