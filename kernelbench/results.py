@@ -103,12 +103,18 @@ class ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def done_keys(self) -> set[tuple]:
-        """Keys of rows already measured (for ``--resume``): ok and skipped rows count as done;
-        failed rows are tried again."""
+        """Keys of rows already measured (for ``--resume``): ok rows and rows skipped because
+        they do not apply count as done; failed rows and rows skipped over the time budget
+        (which depends on ``--max-call``) are tried again."""
         if not self.path.exists():
             return set()
         rows = read_rows(self.path)
-        return {tuple(r[c] for c in KEY_COLUMNS) for r in rows if r["status"] != "failed"}
+        return {
+            tuple(r[c] for c in KEY_COLUMNS)
+            for r in rows
+            if r["status"] == "ok"
+            or (r["status"] == "skipped" and not str(r.get("reason", "")).startswith("over budget"))
+        }
 
     def append(self, row: ResultRow) -> None:
         line = row.to_json()

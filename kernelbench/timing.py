@@ -24,7 +24,10 @@ import torch
 @dataclass(frozen=True)
 class TimerSettings:
     budget_s: float = 5.0  # wall time for the timed samples of one row
-    warmup_s: float = 0.2  # at least one call, then more until this much time has passed
+    # Warm-up: calls until this much time has passed, at least one unless the caller already
+    # made one (``warmed_s``: seconds of calls just made on the same inputs, e.g. the accuracy
+    # check), so a 40-second call is not run twice before its first sample.
+    warmup_s: float = 0.2
     min_samples: int = 3
     max_samples: int = 200
     target_rel_spread: float = 0.02  # stop once IQR / median is below this (with min_samples)
@@ -98,12 +101,26 @@ class Measurement:
         return stats(self.samples_ms)
 
 
-def time_cpu(fn: Callable[[], object], settings: TimerSettings) -> Measurement:
-    """Warm up, then time ``fn`` with perf_counter until the stopping criterion says so."""
-    start = time.perf_counter()
-    fn()
+def _warm_up(
+    call: Callable[[], object],
+    settings: TimerSettings,
+    warmed_s: float,
+    sync: Callable[[], object] = lambda: None,
+) -> None:
+    if warmed_s <= 0:
+        call()
+        sync()
+    start = time.perf_counter() - warmed_s
     while time.perf_counter() - start < settings.warmup_s:
-        fn()
+        call()
+        sync()
+
+
+def time_cpu(
+    fn: Callable[[], object], settings: TimerSettings, warmed_s: float = 0.0
+) -> Measurement:
+    """Warm up, then time ``fn`` with perf_counter until the stopping criterion says so."""
+    _warm_up(fn, settings, warmed_s)
     criterion = StoppingCriterion(settings)
     while not criterion.done():
         t0 = time.perf_counter()
@@ -133,7 +150,7 @@ def _sm_clock_mhz(device: torch.device) -> float | None:
 
 
 def time_cuda(
-    fn: Callable[[], object], settings: TimerSettings, device: torch.device
+    fn: Callable[[], object], settings: TimerSettings, device: torch.device, warmed_s: float = 0.0
 ) -> Measurement:
     """Device-event timing with L2 flush outside the timed region (UNVERIFIED on a GPU)."""
     flush = L2Flusher(device)
@@ -146,12 +163,8 @@ def time_cuda(
         with torch.cuda.graph(graph):
             fn()
         call = graph.replay
-    start = time.perf_counter()
-    call()
-    torch.cuda.synchronize(device)
-    while time.perf_counter() - start < settings.warmup_s:
-        call()
-        torch.cuda.synchronize(device)
+        warmed_s = 0.0  # the graph itself has not run yet
+    _warm_up(call, settings, warmed_s, lambda: torch.cuda.synchronize(device))
     criterion = StoppingCriterion(settings)
     clocks: list[float] = []
     throttled = 0
@@ -174,7 +187,12 @@ def time_cuda(
     return Measurement(criterion.samples, throttled, clocks)
 
 
-def time_fn(fn: Callable[[], object], settings: TimerSettings, device: torch.device) -> Measurement:
+def time_fn(
+    fn: Callable[[], object],
+    settings: TimerSettings,
+    device: torch.device,
+    warmed_s: float = 0.0,
+) -> Measurement:
     if torch.device(device).type == "cuda":
-        return time_cuda(fn, settings, torch.device(device))
-    return time_cpu(fn, settings)
+        return time_cuda(fn, settings, torch.device(device), warmed_s)
+    return time_cpu(fn, settings, warmed_s)
