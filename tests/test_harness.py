@@ -26,9 +26,16 @@ STAGE_TIMER = TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1)
 
 
 def tiny_opts(**kw) -> RunOptions:
-    base = dict(sizes=(768,), tokens=(8,), backends=("torch", "custom"),
-                methods=("fp32", "fp16", "int8_raw", "llm_int8"), device="cpu",
-                timer=TINY_TIMER, stage_timer=STAGE_TIMER, error_rows=8)
+    base = dict(
+        sizes=(768,),
+        tokens=(8,),
+        backends=("torch", "custom"),
+        methods=("fp32", "fp16", "int8_raw", "llm_int8"),
+        device="cpu",
+        timer=TINY_TIMER,
+        stage_timer=STAGE_TIMER,
+        error_rows=8,
+    )
     base.update(kw)
     return RunOptions(**base)
 
@@ -124,8 +131,9 @@ def test_stats_on_synthetic_samples():
 
 
 def test_stopping_criterion_stops_on_low_noise_or_budget():
-    crit = StoppingCriterion(TimerSettings(budget_s=100, min_samples=3, noise_window=5,
-                                           target_rel_spread=0.02))
+    crit = StoppingCriterion(
+        TimerSettings(budget_s=100, min_samples=3, noise_window=5, target_rel_spread=0.02)
+    )
     for _ in range(4):
         crit.add(10.0)
         assert not crit.done()  # fewer than noise_window samples
@@ -240,9 +248,24 @@ def test_unknown_names_are_clear_errors():
 def test_cli_run_show_and_resume(tmp_path):
     runner = CliRunner()
     out = tmp_path / "run"
-    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch,custom", "--methods",
-            "fp16,llm_int8", "--device", "cpu", "--out", str(out), "--budget", "0.02",
-            "--no-report"]
+    args = [
+        "run",
+        "--sizes",
+        "768",
+        "--tokens",
+        "8",
+        "--backends",
+        "torch,custom",
+        "--methods",
+        "fp16,llm_int8",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--budget",
+        "0.02",
+        "--no-report",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Speedup over 16-bit" in result.output
@@ -257,3 +280,46 @@ def test_cli_run_show_and_resume(tmp_path):
     assert shown.exit_code == 0 and "llm_int8" in shown.output
     bad = runner.invoke(app, ["run", "--sizes", "999", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "no model dimension 999" in bad.output
+
+
+def test_timer_does_not_repeat_a_warm_up_already_made():
+    from kernelbench.timing import time_cpu
+
+    calls = []
+    settings = TimerSettings(budget_s=0.0, warmup_s=0.2, min_samples=1)
+    time_cpu(lambda: calls.append(1), settings, warmed_s=1.0)
+    assert len(calls) == 1  # one timed sample, no warm-up call
+    calls.clear()
+    time_cpu(lambda: calls.append(1), TimerSettings(budget_s=0.0, warmup_s=0.0, min_samples=1))
+    assert len(calls) == 2  # a cold start gets one warm-up call
+
+
+def test_resume_retries_rows_skipped_over_budget(tmp_path):
+    from kernelbench.results import ResultRow
+
+    writer = ResultsWriter(tmp_path)
+    common = dict(
+        case="gpt3",
+        size="125M",
+        d_model=768,
+        layer="ffn1",
+        tokens=8,
+        m=8,
+        k=768,
+        n=3072,
+        dist="outliers",
+        seed=1,
+        device="cpu",
+        device_class="cpu-x",
+        dtype="bfloat16",
+        backend="torch",
+    )
+    writer.append(ResultRow(method="fp16", **common))
+    writer.append(
+        ResultRow(method="int8_raw", status="skipped", reason="over budget: 99 s", **common)
+    )
+    writer.append(
+        ResultRow(method="vectorwise", status="skipped", reason="same computation", **common)
+    )
+    writer.append(ResultRow(method="llm_int8", status="failed", reason="boom", **common))
+    assert {k[5] for k in writer.done_keys()} == {"fp16", "vectorwise"}
