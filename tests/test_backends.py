@@ -229,26 +229,16 @@ def test_cli_list_runs():
 
 
 @pytest.mark.slow
-def test_custom_llm_int8_d4096_matches_oracle(make_outliers, make_randn, check_oracle, monkeypatch):
-    """The must-show check: ``custom`` ``llm_int8`` at d = 4096 with App. C outlier columns
-    is within the documented tolerance of the float64 oracle.
-
-    The oracle's int64 GEMM takes ~30 s here; every |sum| <= 127^2 * 4096 < 2^53, so the same
-    product in float64 is exact, and is used instead (checked against int64 on a slice)."""
+def test_custom_llm_int8_d4096_matches_oracle(make_outliers, make_randn, check_oracle):
+    """The must-show check: ``custom`` ``llm_int8`` at d = 4096, 2048 tokens, with App. C
+    outlier columns, is within the documented tolerance of the float64 oracle (whose integer
+    product is an exact float64 GEMM). n is cut to 1024 output columns to keep the suite fast:
+    the tolerance is per element, and every column sees the same k = 4096 reduction."""
     custom = need_custom()
-    m, k, n = 1024, 4096, 1024  # m = 2048 takes ~25 s on 2 shared cores
-    assert 127 * 127 * k < 2**53
+    m, k, n = 2048, 4096, 1024
     x, dims = make_outliers(m, k, n_outlier_dims=7, share=0.25)
     w = make_randn(n, k, scale=0.02)
     bias = make_randn(n, scale=0.1)
-    int64_product = oracle.int_product
-
-    def f64_product(a, b):
-        return (a.to(torch.float64) @ b.to(torch.float64).T).round().to(torch.int64)
-
-    a8, b8 = x[:8].to(torch.int8), w[:8].to(torch.int8)
-    assert torch.equal(f64_product(a8, b8), int64_product(a8, b8))
-    monkeypatch.setattr(oracle, "int_product", f64_product)
     cfg = QuantConfig()
     r = custom.runner("llm_int8", x, w, bias, cfg)
     assert r.outlier_cols == len(dims)
