@@ -47,7 +47,13 @@ def _chromium(page: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess
 
 
 def console_errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if CONSOLE.search(line)]
+    """Console lines of the page under test; Chromium's own pages (``source: chrome://...``,
+    e.g. a "Slow network is detected" notice in a network namespace) are not the report."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if CONSOLE.search(line) and "source: chrome://" not in line
+    ]
 
 
 def dominant_share(png: Path) -> float:
