@@ -217,6 +217,7 @@ class BitsandbytesBackend(Backend):
                 stages={"int8_matmul": lambda: F.int8_linear_matmul(a, cb)},
                 weight_bytes=cb.numel() + scb.numel() * 4,
                 returns_int32=True,
+                operands=(a, cb),
             )
         else:
 
