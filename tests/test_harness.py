@@ -294,6 +294,16 @@ def test_timer_does_not_repeat_a_warm_up_already_made():
     assert len(calls) == 2  # a cold start gets one warm-up call
 
 
+def test_a_call_longer_than_the_budget_is_its_own_sample():
+    from kernelbench.timing import time_fn
+
+    calls = []
+    meas = time_fn(
+        lambda: calls.append(1), TimerSettings(budget_s=1.0), torch.device("cpu"), warmed_s=2.5
+    )
+    assert calls == [] and meas.samples_ms == [2500.0] and meas.single_first_call
+
+
 def test_resume_retries_rows_skipped_over_budget(tmp_path):
     from kernelbench.results import ResultRow
 
