@@ -60,6 +60,8 @@ def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
     """Per device class, layer and token count: speedup over 16-bit (paper figure beside it),
     speedup over fp32, relative error, and the skipped/failed rows with their reasons."""
     console = console or Console()
+    if not console.is_terminal and console.width < 160:
+        console = Console(width=160)  # a log file: do not cut the tables to 80 columns
     for (dclass, layer, tokens), cell in df.groupby(["device_class", "layer", "tokens"]):
         head = f"{dclass} · layer {layer} · {tokens} tokens"
         console.print(

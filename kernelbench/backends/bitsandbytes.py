@@ -47,6 +47,7 @@ from kernelbench.backends.base import (
     Backend,
     Runner,
     method_config,
+    stage_accumulator,
     torch_device_availability,
 )
 from kernelbench.checks import check_activation, check_weight
@@ -205,7 +206,7 @@ class BitsandbytesBackend(Backend):
         )
         with torch.inference_mode():
             qa = self.quantize(x, pw, mcfg)
-            acc = self.int8_matmul(qa.int8, pw)
+            acc = stage_accumulator(x.shape[0], cb.shape[0], cb.shape[1], x.device)
             outl = self.outlier_product(qa, pw)
         variant = _variant(method, x.device)
         F = _bnb().functional

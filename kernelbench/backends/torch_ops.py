@@ -17,6 +17,7 @@ from kernelbench.backends.base import (
     Backend,
     Runner,
     sixteen_bit_dtype,
+    stage_accumulator,
     torch_device_availability,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
@@ -139,7 +140,7 @@ class TorchBackend(Backend):
             return dequantize(matmul(xq), x_amax)
 
         xq0, x_amax0 = quantize()
-        acc0 = matmul(xq0)
+        acc0 = stage_accumulator(x.shape[0], n, x.shape[1], x.device)
         nbytes = wq.numel() + w_amax.numel() * 4
         return Runner(
             run=run,
