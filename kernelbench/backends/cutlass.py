@@ -26,23 +26,21 @@ from __future__ import annotations
 
 import torch
 
-from kernelbench import cutlass_ext, quant
-from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend
-from kernelbench.backends.custom_cuda import CustomCudaOps
+from kernelbench import cutlass_ext
+from kernelbench.backends.base import Availability
+from kernelbench.backends.cublaslt import CublasLtBackend
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 
-class CutlassBackend(Backend):
+class CutlassBackend(CublasLtBackend):
+    """The ``cublaslt`` backend's stages (quantize, int8_matmul, outlier_product, dequantize),
+    with ``linear`` replaced by the fused CUTLASS kernel."""
+
     name = "cutlass"
     description = (
         "CUTLASS int8 GEMM, dequantize + bias + outlier product fused in the epilogue "
         "(sm_80: 2.x visitor epilogue; sm_90a: 3.x TMA/wgmma + EVT)"
     )
-    methods = INT8_STAGE_METHODS
-
-    def __init__(self) -> None:
-        self.ops = CustomCudaOps()
-
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)
         reasons = []
@@ -55,10 +53,7 @@ class CutlassBackend(Backend):
         return Availability.no("; ".join(reasons)) if reasons else Availability.yes()
 
     def supports(self, method, device, dtype, m, k, n) -> Availability:
-        avail = super().supports(method, device, dtype, m, k, n)
-        if not avail:
-            return avail
-        avail = self.ops.supports(dtype, m, k, n)
+        avail = super().supports(method, device, dtype, m, k, n)  # cuBLASLt + CUDA kernel rules
         if not avail:
             return avail
         why = cutlass_ext.check_shape_rule(m, k, n)
@@ -78,23 +73,6 @@ class CutlassBackend(Backend):
         if pw.bias is not None:
             pw.extra["cutlass_bias"] = pw.bias.float().contiguous()
         return pw
-
-    def quantize(
-        self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
-    ) -> QuantizedActivation:
-        return self.ops.quantize(x, pw, cfg)
-
-    def int8_matmul(self, a: torch.Tensor, pw: PreparedWeight) -> torch.Tensor:
-        """Stage timing only: cuBLASLt int32 product (the CUTLASS kernel has no int32 output)."""
-        return self.ops.int8_matmul(a, pw)
-
-    def outlier_product(self, qa: QuantizedActivation, pw: PreparedWeight):
-        # float32, as the epilogue's aux load reads it.
-        return quant.outlier_product(qa, pw, torch.float32)
-
-    def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
-        """Stage timing only: kernelbench's CUDA dequantize kernel on a cuBLASLt product."""
-        return self.ops.dequantize(acc, qa, pw, outlier)
 
     def fused(
         self, qa: QuantizedActivation, pw: PreparedWeight, outlier: torch.Tensor | None
