@@ -200,9 +200,7 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         fig, axes = _new(len(backends))
         for ax, backend in zip(axes, backends, strict=True):
             sub = df[df["backend"] == backend]
-            for method in data.sorted_methods(sub["method"]):
-                m = sub[sub["method"] == method].groupby("d_model")["rel_error"].median()
-                ax.plot(m.index, m.values, marker="o", color=colours[method], label=method)
+            _method_lines(ax, sub, "rel_error", colours)
             base = sub.groupby("d_model")["baseline_rel_error"].median().dropna()
             base = base[base > 0]
             if not base.empty:
@@ -218,6 +216,13 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         f"layer {layer}, {tokens} tokens; error against the float64 product",
         uri,
     )
+
+
+def _method_lines(ax, sub: pd.DataFrame, column: str, colours: dict) -> None:
+    """One line per method: the median of ``column`` per d_model."""
+    for method in data.sorted_methods(sub["method"]):
+        m = sub[sub["method"] == method].groupby("d_model")[column].median()
+        ax.plot(m.index, m.values, marker="o", color=colours[method], label=method)
 
 
 def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
@@ -255,9 +260,7 @@ def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | No
         fig, axes = _new(len(backends))
         for ax, backend in zip(axes, backends, strict=True):
             sub = df[df["backend"] == backend]
-            for method in data.sorted_methods(sub["method"]):
-                m = sub[sub["method"] == method].groupby("d_model")["ratio"].median()
-                ax.plot(m.index, m.values, marker="o", color=colours[method], label=method)
+            _method_lines(ax, sub, "ratio", colours)
             ax.axhline(1.0, color="black", lw=0.8, ls=":")
             _dmodel_axis(ax, dims)
             ax.set_title(f"backend {backend}")
