@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Issue 9's end-to-end check through the CLI: a local two-node Ray cluster started with the `ray`
+# CLI as the README says (`ray start --head`, then `ray start --address` for the second node; one
+# CPU each, on 127.0.0.1), the same quick sweep run through `--executor ray --address` and through
+# the local executor, and the two results compared row by row (keys and statuses; timings aside).
+#
+# Run it in a loopback-only network namespace (Ray listens on every interface, and on this
+# project's VMs a Ray beside other interfaces was seen to hang):
+#   scripts/run_isolated.sh bash scripts/ray_cluster_check.sh [OUT_DIR]
+# Extra arguments after OUT_DIR go to both `kernelbench run` calls (default: --sizes gpt3 --quick).
+# Exit 0 when both runs give the same rows; 1 otherwise; the cluster is stopped either way.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-$(mktemp -d)/ray-check}"
+shift || true
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--sizes gpt3 --quick)
+port="${KB_RAY_PORT:-6390}"
+mkdir -p "$out"
+ray_tmp="$(mktemp -d /tmp/kbray.XXXXXX)"  # own session dir: no stale state from another Ray
+export RAY_USAGE_STATS_ENABLED=0
+
+cleanup() { timeout 60 ray stop --force >/dev/null 2>&1 || true; rm -rf "$ray_tmp"; }
+trap cleanup EXIT
+node_opts=(--node-ip-address=127.0.0.1 --num-cpus=1 --object-store-memory=100000000)
+timeout 120 ray start --head --port="$port" --include-dashboard=false --disable-usage-stats \
+  --temp-dir="$ray_tmp" "${node_opts[@]}" >"$out/ray-head.log" 2>&1
+timeout 120 ray start --address="127.0.0.1:$port" "${node_opts[@]}" >"$out/ray-node2.log" 2>&1
+python3 - "$port" <<'EOF'
+import sys, time, ray
+ray.init(address=f"127.0.0.1:{sys.argv[1]}", logging_level="warning", log_to_driver=False)
+deadline = time.time() + 60
+while sum(n["Alive"] for n in ray.nodes()) < 2 and time.time() < deadline:
+    time.sleep(0.5)
+alive = sum(n["Alive"] for n in ray.nodes())
+print(f"ray cluster up: {alive} nodes, {ray.cluster_resources().get('CPU', 0):g} CPUs")
+sys.exit(0 if alive == 2 else 1)
+EOF
+
+echo "== ray executor: kernelbench run ${args[*]} --executor ray --address 127.0.0.1:$port"
+time kernelbench run "${args[@]}" --device cpu --executor ray --address "127.0.0.1:$port" \
+  --out "$out/ray" --no-report
+echo "== local executor: kernelbench run ${args[*]}"
+time kernelbench run "${args[@]}" --device cpu --out "$out/local" --no-report
+
+python3 - "$out/local" "$out/ray" <<'EOF'
+import json, sys
+from pathlib import Path
+from kernelbench.results import KEY_COLUMNS, load_results
+
+local, ray_ = (load_results(p) for p in sys.argv[1:3])
+key = list(KEY_COLUMNS)
+def rows(df):
+    return {tuple(r[k] for k in key): r["status"] for _, r in df.iterrows()}
+a, b = rows(local), rows(ray_)
+for name, df in (("local", local), ("ray", ray_)):
+    dup = df.duplicated(subset=key).sum()
+    print(f"{name}: {len(df)} rows, {dup} duplicate keys, statuses {df['status'].value_counts().to_dict()}")
+hosts = json.loads((Path(sys.argv[2]) / "env.json").read_text()).get("hosts", [])
+print(f"ray env.json hosts: {[(h['host'], h['device_class']) for h in hosts]}")
+only_local, only_ray = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+status_diff = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+for k in only_local: print("only in local:", k)
+for k in only_ray: print("only in ray:", k)
+for k in status_diff: print("status differs:", k, "local", a[k], "ray", b[k])
+same = not (only_local or only_ray or status_diff) and len(local) == len(ray_) \
+    and not local.duplicated(subset=key).any() and not ray_.duplicated(subset=key).any()
+print("SAME ROWS" if same else "ROWS DIFFER", f"({len(a)} keys)")
+sys.exit(0 if same else 1)
+EOF
