@@ -9,12 +9,20 @@
 #   scripts/run_isolated.sh bash scripts/ray_cluster_check.sh [OUT_DIR]
 # Extra arguments after OUT_DIR go to both `kernelbench run` calls (default: --sizes gpt3 --quick).
 # Exit 0 when both runs give the same rows; 1 otherwise; the cluster is stopped either way.
+#
+# Each Ray node here declares one CPU, so a Ray task times with one thread where the local run
+# uses two: calls take about twice as long. Both runs get a generous --max-call so that the
+# time-budget skip ("over budget", estimated from the previous cell) does not fire in one run
+# and not the other (it did in CI: torch llm_int8 at d=2048 single-threaded was estimated over
+# the quick default of 5 s). A status that still differs only by such a skip is reported as
+# timing-dependent, not as a row difference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-$(mktemp -d)/ray-check}"
 shift || true
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--sizes gpt3 --quick)
+args=(--max-call 120 "${args[@]}")  # first, so a --max-call given by the caller wins
 port="${KB_RAY_PORT:-6390}"
 mkdir -p "$out"
 ray_tmp="$(mktemp -d /tmp/kbray.XXXXXX)"  # own session dir: no stale state from another Ray
@@ -52,14 +60,21 @@ local, ray_ = (load_results(p) for p in sys.argv[1:3])
 key = list(KEY_COLUMNS)
 def rows(df):
     return {tuple(r[k] for k in key): r["status"] for _, r in df.iterrows()}
+def over_budget(df):
+    hit = df["reason"].astype(str).str.startswith("over budget")
+    return {tuple(r[k] for k in key) for _, r in df[hit].iterrows()}
 a, b = rows(local), rows(ray_)
+timing_skips = over_budget(local) | over_budget(ray_)
 for name, df in (("local", local), ("ray", ray_)):
     dup = df.duplicated(subset=key).sum()
     print(f"{name}: {len(df)} rows, {dup} duplicate keys, statuses {df['status'].value_counts().to_dict()}")
 hosts = json.loads((Path(sys.argv[2]) / "env.json").read_text()).get("hosts", [])
 print(f"ray env.json hosts: {[(h['host'], h['device_class']) for h in hosts]}")
 only_local, only_ray = sorted(set(a) - set(b)), sorted(set(b) - set(a))
-status_diff = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+differs = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+status_diff = [k for k in differs if k not in timing_skips]
+for k in sorted(set(differs) - set(status_diff)):
+    print("timing-dependent (over the time budget in one run):", k, "local", a[k], "ray", b[k])
 for k in only_local: print("only in local:", k)
 for k in only_ray: print("only in ray:", k)
 for k in status_diff: print("status differs:", k, "local", a[k], "ray", b[k])
