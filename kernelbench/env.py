@@ -82,9 +82,14 @@ def datasheet_peaks(device: torch.device) -> dict:
     name = torch.cuda.get_device_name(device)
     for key, peaks in DATASHEET_PEAKS.items():
         if key in name:
-            return {kind: {"tops": tops, "source": "datasheet",
-                           "note": f"{key} SXM dense, vendor datasheet"}
-                    for kind, tops in peaks.items()}
+            return {
+                kind: {
+                    "tops": tops,
+                    "source": "datasheet",
+                    "note": f"{key} SXM dense, vendor datasheet",
+                }
+                for kind, tops in peaks.items()
+            }
     return {}
 
 
@@ -118,18 +123,33 @@ def cuda_info(device: torch.device) -> dict | None:
     return info
 
 
-def git_commit() -> str | None:
+def git_commit(package_dir: Path | None = None) -> str | None:
+    """The commit of the source tree this package (``package_dir``, by default the directory
+    of this module) runs from, or ``None`` when unknown.
+
+    ``KERNELBENCH_GIT_COMMIT`` wins when set (scripts that installed the package from a checkout
+    pass its commit). Otherwise only a source checkout counts: an installed package sitting
+    inside some other git repository (a pyenv or a dotfiles tree) must not report that
+    repository's commit, so the repository must hold this very file as ``kernelbench/``."""
+    pinned = os.environ.get("KERNELBENCH_GIT_COMMIT", "").strip()
+    if pinned:
+        return pinned
+    here = (package_dir or Path(__file__).parent).resolve()
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
             capture_output=True,
             text=True,
             timeout=10,
-            cwd=Path(__file__).resolve().parent,
+            cwd=here,
         )
-        return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        return None
+    toplevel, commit = lines
+    return commit if (Path(toplevel) / "kernelbench").resolve() == here else None
 
 
 def library_versions() -> dict[str, str]:

@@ -333,3 +333,39 @@ def test_resume_retries_rows_skipped_over_budget(tmp_path):
     )
     writer.append(ResultRow(method="llm_int8", status="failed", reason="boom", **common))
     assert {k[5] for k in writer.done_keys()} == {"fp16", "vectorwise"}
+
+
+def test_git_commit_is_the_package_checkouts_or_none(tmp_path, monkeypatch):
+    import subprocess
+
+    from kernelbench.env import git_commit
+
+    monkeypatch.delenv("KERNELBENCH_GIT_COMMIT", raising=False)
+    repo = tmp_path / "repo"
+    (repo / "kernelbench").mkdir(parents=True)
+    (repo / "site" / "kernelbench").mkdir(parents=True)
+    (repo / "kernelbench" / "__init__.py").write_text("")
+
+    def git(*args: str) -> str:
+        env = {
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "PATH": "/usr/bin:/bin:/usr/local/bin",
+        }
+        done = subprocess.run(
+            ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    head = git("rev-parse", "HEAD")
+    assert git_commit(repo / "kernelbench") == head  # a source checkout
+    # installed inside some other repository (a pyenv tree): not that repository's commit
+    assert git_commit(repo / "site" / "kernelbench") is None
+    assert git_commit(tmp_path) is None  # no repository at all
+    monkeypatch.setenv("KERNELBENCH_GIT_COMMIT", "abc123")
+    assert git_commit(repo / "site" / "kernelbench") == "abc123"
