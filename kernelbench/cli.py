@@ -243,6 +243,9 @@ def compare(
     speed_tol: float = typer.Option(0.10, help="Relative slowdown allowed beyond the noise"),
     error_tol: float = typer.Option(0.0, help="Relative growth of rel_error allowed"),
     fmt: str = typer.Option("text", "--format", help="text | markdown | json"),
+    backend: list[str] = typer.Option(
+        None, "--backend", help="Give verdicts for this backend's rows only (repeatable)"
+    ),
 ) -> None:
     """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input)."""
     from kernelbench.compare import FORMATS, compare_runs, render
@@ -251,12 +254,31 @@ def compare(
         console.print(f"[red]error:[/red] --format must be one of {', '.join(FORMATS)}")
         raise typer.Exit(2)
     try:
-        result = compare_runs(base, new, speed_tol, error_tol)
+        result = compare_runs(base, new, speed_tol, error_tol, backend or None)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     typer.echo(render(result, fmt), nl=False)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def merge(
+    out: Path = typer.Argument(..., help="Run directory to write (its results.jsonl is replaced)"),
+    runs: list[Path] = typer.Argument(..., help="Two or more runs of the same sweep"),
+) -> None:
+    """Pool the samples of several runs (rounds) of one sweep into one run, e.g. for a baseline
+    or a CI gate that must not hinge on one disturbed round."""
+    from kernelbench.merge import write_merged
+    from kernelbench.results import SchemaError
+
+    try:
+        rows = write_merged(runs, out)
+    except SchemaError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    ok = sum(r.status == "ok" for r in rows)
+    console.print(f"merged {len(runs)} runs: {len(rows)} rows ({ok} ok) -> {out}")
 
 
 baseline_app = typer.Typer(help="Kept baselines under reports/baselines/<device class>/.")

@@ -52,6 +52,7 @@ class ResultRow:
     mean_ms: float | None = None
     rel_spread: float | None = None  # iqr / median
     samples: int = 0
+    rounds: int = 1  # runs pooled into this row by `kernelbench merge` (1: one run)
     raw_ms: list[float] = field(default_factory=list)
     stages_ms: dict[str, float] = field(default_factory=dict)
     threads: int | None = None
