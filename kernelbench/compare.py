@@ -22,7 +22,9 @@ IQR / median measures the spread of single samples, several times the uncertaint
 many samples. A spread from fewer than :data:`MIN_SPREAD_SAMPLES` samples (or a missing
 ``rel_spread`` or baseline row) is not a measurement: it adds nothing to the band, and a row whose
 change goes beyond the tolerance while a spread is unmeasured is ``unknown`` (reported, with the
-reason), not ``slower``: noise cannot be ruled out.
+reason), not ``slower``: noise cannot be ruled out. A row pooled from R runs (``rounds``, made
+by ``kernelbench merge``) enters with ``rel_spread / sqrt(R)``: its spread is then one between
+independent runs, and the median of R such draws is known that much better (see ``_spread``).
 
 Error. ``rel_error`` is deterministic for fixed seeds and the same device class, so any growth
 beyond ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``.
@@ -203,11 +205,20 @@ def _label(row: dict) -> str:
 
 
 def _spread(row: dict | None) -> float | None:
-    """The row's measured ``rel_spread``; ``None`` when it was not measured: no row, not ok, no
-    ``rel_spread``, or fewer than :data:`MIN_SPREAD_SAMPLES` samples (one sample has IQR 0)."""
+    """The row's measured noise: ``rel_spread / sqrt(rounds)``; ``None`` when it was not
+    measured: no row, not ok, no ``rel_spread``, or fewer than :data:`MIN_SPREAD_SAMPLES`
+    samples (one sample has IQR 0).
+
+    ``rounds`` > 1 for a row pooled from several runs (``kernelbench merge``): its spread then
+    spans the drift between runs, which are independent draws of the machine's state, and the
+    pooled median's uncertainty shrinks as ``1 / sqrt(rounds)`` of that spread (standard error of
+    a median of R draws ~ 0.93 * IQR / sqrt(R)). Samples within one run are not independent (the
+    drift is slow), so a single run's spread is never divided."""
     if row is None or row["status"] != "ok" or row.get("rel_spread") is None:
         return None
-    return row["rel_spread"] if row.get("samples", 0) >= MIN_SPREAD_SAMPLES else None
+    if row.get("samples", 0) < MIN_SPREAD_SAMPLES:
+        return None
+    return row["rel_spread"] / math.sqrt(max(1, int(row.get("rounds") or 1)))
 
 
 def _noise_rows(run: _Run, row: dict, via_speedup: bool) -> list[dict | None]:
@@ -301,11 +312,17 @@ def _compare_row(key: tuple, base: _Run, new: _Run, speed_tol: float, error_tol:
 
 
 def compare_runs(
-    base: Path, new: Path, speed_tol: float = 0.10, error_tol: float = 0.0
+    base: Path,
+    new: Path,
+    speed_tol: float = 0.10,
+    error_tol: float = 0.0,
+    backends: list[str] | None = None,
 ) -> Comparison:
     """Compare run NEW against run BASE (run directories or ``results.jsonl`` files).
 
-    Never raises on bad input files: an unusable input gives a Comparison with ``problem`` set
+    ``backends`` limits the verdicts to those backends' rows (a project gating its own kernels);
+    the other rows still serve as the 16-bit baseline of their cell. Never raises on bad input
+    files: an unusable input gives a Comparison with ``problem`` set
     and ``exit_code == 2``. Negative or non-finite tolerances are a programming error
     (:class:`ValueError`)."""
     for name, tol in (("speed_tol", speed_tol), ("error_tol", error_tol)):
@@ -330,6 +347,14 @@ def compare_runs(
     if all(commits):
         cmp.notes.append(f"git commits: base {commits[0]}, new {commits[1]}")
     keys = list(b_run.rows) + [k for k in n_run.rows if k not in b_run.rows]
+    if backends:
+        col = KEY_COLUMNS.index("backend")
+        unknown = sorted(set(backends) - {k[col] for k in keys})
+        if unknown:
+            cmp.problem = f"no rows of backend(s) {unknown} in either run"
+            return cmp
+        keys = [k for k in keys if k[col] in backends]
+        cmp.notes.append(f"verdicts for backend(s) {', '.join(backends)} only")
     cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol) for k in keys]
     cmp.rows.sort(key=lambda r: VERDICT_ORDER.index(r.verdict))  # stable: file order within
     return cmp

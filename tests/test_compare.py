@@ -179,6 +179,42 @@ def test_slower_machine_with_same_speedups_is_same(base: Path, tmp_path: Path):
     assert cmp.exit_code == 0 and {r.verdict for r in cmp.rows} == {"same"}
 
 
+def test_pooled_rounds_shrink_the_noise_band(tmp_path: Path):
+    # Spreads of 0.5 on the row and its 16-bit baseline in both runs: noise sqrt(4 * 0.25) = 1.0
+    # hides a 40% slowdown. Pooled from 9 runs each (kernelbench merge), a spread is a spread
+    # between independent runs and the median's uncertainty is 0.5 / sqrt(9): the band drops to
+    # sqrt(4) * 0.5 / 3 = 0.33 and the slowdown shows.
+    r = row("llm_int8")
+    for rounds, verdict in ((1, "same"), (9, "slower")):
+        noisy = {"rel_spread": 0.5, "rounds": rounds}
+        base = write_run(tmp_path / f"b{rounds}", standard_rows(fp16=noisy, llm_int8=noisy))
+        new = write_run(
+            tmp_path / f"n{rounds}",
+            standard_rows(fp16=noisy, llm_int8={**noisy, **slowed(r, 1.4)}),
+        )
+        got = by_method(compare_runs(base, new))["llm_int8"]
+        assert got.verdict == verdict
+        assert got.noise == pytest.approx(1.0 / math.sqrt(rounds))
+
+
+def test_backend_filter_gives_verdicts_for_those_rows_only(tmp_path: Path):
+    # A peer's row 2x slower fails the whole comparison; gating custom only, the peer gets no
+    # verdict, while the torch 16-bit row still serves as the custom rows' baseline.
+    peer = row("llm_int8", backend="bitsandbytes")
+    base = write_run(tmp_path / "base", standard_rows() + [peer])
+    new = write_run(
+        tmp_path / "new", standard_rows() + [dataclasses.replace(peer, **slowed(peer, 2.0))]
+    )
+    assert compare_runs(base, new).exit_code == 1
+    cmp = compare_runs(base, new, backends=["custom"])
+    assert cmp.exit_code == 0
+    assert {r.key[4] for r in cmp.rows} == {"custom"}
+    assert {(r.verdict, r.metric) for r in cmp.rows} == {("same", "speedup")}
+    assert any("custom only" in n for n in cmp.notes)
+    typo = compare_runs(base, new, backends=["custum"])
+    assert typo.exit_code == 2 and "custum" in typo.problem
+
+
 def test_without_speedup_falls_back_to_median_and_says_so(tmp_path: Path):
     no_speedup = {
         m: {"speedup": None, "baseline_ms": None} for m in ("fp16", "llm_int8", "vectorwise")
