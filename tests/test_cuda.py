@@ -95,8 +95,9 @@ def test_supports_names_the_shape_rule():
     assert not ops.supports(torch.float32, 8, 64, 64)
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and cuda_ext.extension_built(),
-                    reason="CUDA kernels are usable here")
+@pytest.mark.skipif(
+    torch.cuda.is_available() and cuda_ext.extension_built(), reason="CUDA kernels are usable here"
+)
 def test_availability_reason_on_this_machine():
     be = get_backend("cublaslt")
     for dev in ("cuda", "cpu"):

@@ -30,6 +30,7 @@ try:
 except ImportError:  # pragma: no cover - CI installs the [ray] extra
     ray = None
 
+
 def _loopback_only() -> bool:
     """True inside a network namespace whose only interface is ``lo``."""
     import socket

@@ -41,6 +41,7 @@ class CutlassBackend(CublasLtBackend):
         "CUTLASS int8 GEMM, dequantize + bias + outlier product fused in the epilogue "
         "(sm_80: 2.x visitor epilogue; sm_90a: 3.x TMA/wgmma + EVT)"
     )
+
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)
         reasons = []
