@@ -44,7 +44,13 @@ def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
             padded = torch.zeros((17, k), dtype=torch.int8, device=a.device)
             padded[:m] = a
             return torch._int_mm(padded, b_nk.t())[:m]
-    return torch._int_mm(a, b_nk.t())
+    b_kn = b_nk.t()
+    if b_kn.shape[0] == 1:
+        # k == 1: the transposed view has strides (1, 1), and oneDNN's AVX512 path of
+        # torch._int_mm (torch 2.13, seen on a Zen 5 CPU) then returns garbage instead of the
+        # product; a (1, n) tensor with its natural strides is computed correctly.
+        b_kn = b_kn.reshape(-1).clone().view(1, -1)
+    return torch._int_mm(a, b_kn)
 
 
 class TorchBackend(Backend):
