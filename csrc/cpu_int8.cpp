@@ -4,7 +4,9 @@
 // int8 with the outlier columns zeroed, gather the outlier columns' 16-bit values); an int8 GEMM
 // with int32 accumulation on a packed weight layout; one fused pass dequantizes (outer product of
 // the scales / 127^2, + bias, + the outlier product of the few outlier columns). Each kernel has
-// a scalar reference here and an AVX2 version (cpu_int8_avx2.cpp) picked at run time.
+// a scalar reference here and an AVX2 version (cpu_int8_avx2.cpp); the GEMM also has an
+// AVX512-VNNI version (cpu_int8_avx512.cpp). The kernel set is picked at run time:
+// "avx512vnni" (AVX2 kernels + the VNNI GEMM), "avx2" or "scalar".
 #include <omp.h>
 #include <pybind11/pybind11.h>
 
@@ -206,9 +208,26 @@ bool cpu_has_avx2() {
          __builtin_cpu_supports("f16c");
 }
 
-std::string g_isa = cpu_has_avx2() ? "avx2" : "scalar";
+bool cpu_has_avx512vnni() {
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
 
-bool use_avx2() { return g_isa == "avx2"; }
+std::string best_isa() {
+  return cpu_has_avx512vnni() ? "avx512vnni" : cpu_has_avx2() ? "avx2" : "scalar";
+}
+
+std::string g_isa = best_isa();
+
+bool use_avx2() { return g_isa != "scalar"; }  // the avx512vnni set uses the AVX2 kernels too
+
+using GemmFn = void (*)(const int8_t*, int64_t, int64_t, const int8_t*, int64_t, int32_t*);
+
+GemmFn gemm_fn() {
+  if (g_isa == "avx512vnni") return kb::avx512vnni::gemm_s8s8s32;
+  return g_isa == "avx2" ? kb::avx2::gemm_s8s8s32 : kb::scalar::gemm_s8s8s32;
+}
 
 template <typename T>
 T* ptr(uintptr_t p) {
@@ -224,16 +243,21 @@ DType to_dtype(int code) {
 
 PYBIND11_MODULE(_cpu, m) {
   m.doc() = "kernelbench CPU int8 kernels (raw pointers; validated by kernelbench.cpu_ext)";
-  m.def("isa", [] { return g_isa; }, "Kernel set in use: 'avx2' or 'scalar'.");
+  m.def("isa", [] { return g_isa; }, "Kernel set in use: 'avx512vnni', 'avx2' or 'scalar'.");
+  m.def("best_isa", &best_isa, "The fastest kernel set this CPU runs (the default).");
   m.def("cpu_has_avx2", &cpu_has_avx2);
+  m.def("cpu_has_avx512vnni", &cpu_has_avx512vnni);
   m.def(
       "set_isa",
       [](const std::string& isa) {
-        if (isa != "scalar" && isa != "avx2") throw std::invalid_argument("isa must be avx2|scalar");
+        if (isa != "scalar" && isa != "avx2" && isa != "avx512vnni")
+          throw std::invalid_argument("isa must be avx512vnni|avx2|scalar, got '" + isa + "'");
         if (isa == "avx2" && !cpu_has_avx2()) throw std::runtime_error("this CPU lacks AVX2/FMA/F16C");
+        if (isa == "avx512vnni" && !cpu_has_avx512vnni())
+          throw std::runtime_error("this CPU lacks AVX512F/BW/VNNI (or AVX2/FMA/F16C)");
         g_isa = isa;
       },
-      "Force the kernel set (tests compare the two).");
+      "Force the kernel set (tests compare them).");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
   m.def("packed_b_bytes", [](int64_t n, int64_t k) { return kb::packed_b_bytes(n, k); });
@@ -259,8 +283,7 @@ PYBIND11_MODULE(_cpu, m) {
   m.def("gemm_s8s8s32", [](uintptr_t a, int64_t m, int64_t k, uintptr_t packed, int64_t n,
                            uintptr_t c) {
     py::gil_scoped_release nogil;
-    const auto f = use_avx2() ? kb::avx2::gemm_s8s8s32 : kb::scalar::gemm_s8s8s32;
-    f(ptr<const int8_t>(a), m, k, ptr<const int8_t>(packed), n, ptr<int32_t>(c));
+    gemm_fn()(ptr<const int8_t>(a), m, k, ptr<const int8_t>(packed), n, ptr<int32_t>(c));
   });
   m.def("dequantize", [](uintptr_t acc, int64_t m, int64_t n, uintptr_t row_absmax,
                          uintptr_t col_absmax, uintptr_t bias, uintptr_t outlier_x,

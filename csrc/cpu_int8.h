@@ -1,5 +1,5 @@
 // Shared declarations of the CPU int8 kernels (scalar reference in cpu_int8.cpp, AVX2 in
-// cpu_int8_avx2.cpp). Pointers are raw; the Python wrapper (kernelbench/cpu_ext.py) validates
+// cpu_int8_avx2.cpp, the AVX512-VNNI GEMM in cpu_int8_avx512.cpp). Pointers are raw; the Python wrapper (kernelbench/cpu_ext.py) validates
 // shapes, dtypes, contiguity and devices before any call.
 #pragma once
 #include <cstddef>
@@ -49,6 +49,12 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
 void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                 DType out_dt);
 }  // namespace avx2
+
+// AVX512-VNNI GEMM (AVX512F + BW + VNNI); the other kernels of that set are the AVX2 ones.
+namespace avx512vnni {
+void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
+                  int32_t* c);
+}  // namespace avx512vnni
 
 void pack_b(const int8_t* b, int64_t n, int64_t k, int8_t* packed);
 

@@ -3,7 +3,7 @@
 The extension takes raw pointers; every argument is validated here first (device, dtype,
 contiguity, shape, alignment), so bad input is a clear :class:`InputError`, never a crash.
 Kernel rules: any m >= 0, k >= 1, n >= 1; the packed weight buffer is 32-byte aligned (it is
-allocated here); -128 is accepted in both int8 operands (the GEMM multiplies exact int16 pairs).
+allocated here); -128 is accepted in both int8 operands (every GEMM path is exact for it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def available() -> bool:
 
 
 def isa() -> str:
-    """The kernel set in use: ``avx2`` or ``scalar``."""
+    """The kernel set in use: ``avx512vnni`` (AVX2 kernels + a VNNI GEMM), ``avx2``, ``scalar``."""
     return _ext.isa() if _ext else "unavailable"
 
 

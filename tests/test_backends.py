@@ -143,8 +143,22 @@ def test_custom_and_torch_quantize_identically(make_outliers, make_randn, cfg, d
         assert torch.equal(custom.int8_matmul(qc.int8, pc), torch_b.int8_matmul(qt.int8, pt))
 
 
+KERNEL_SETS = ("scalar", "avx2", "avx512vnni")
+
+
+def use_kernel_set(isa: str) -> None:
+    try:
+        cpu_ext.set_isa(isa)
+    except Exception as exc:  # noqa: BLE001 - the CPU lacks the instructions
+        pytest.skip(f"kernel set {isa!r} unavailable on this CPU: {exc}")
+    assert cpu_ext.isa() == isa
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1), (7, 3, 5), (33, 129, 47), (64, 256, 48)])
-def test_custom_avx2_and_scalar_agree_exactly(isa_restored, make_outliers, make_randn, shape):
+@pytest.mark.parametrize("isa", [s for s in KERNEL_SETS if s != "scalar"])
+def test_custom_kernel_sets_agree_with_scalar_exactly(
+    isa_restored, make_outliers, make_randn, shape, isa
+):
     custom = need_custom()
     m, k, n = shape
     x, _ = make_outliers(m, k, n_outlier_dims=min(3, k))
@@ -152,19 +166,43 @@ def test_custom_avx2_and_scalar_agree_exactly(isa_restored, make_outliers, make_
     bias = make_randn(n)
     cfg = QuantConfig()
     out = {}
-    for isa in ("scalar", "avx2"):
-        try:
-            cpu_ext.set_isa(isa)
-        except Exception as exc:  # noqa: BLE001 - AVX2 missing on this CPU
-            pytest.skip(f"kernel set {isa!r} unavailable: {exc}")
-        assert cpu_ext.isa() == isa
+    for kernels in ("scalar", isa):
+        use_kernel_set(kernels)
         pw = custom.prepare_weight(w, bias, cfg)
         qa = custom.quantize(x, pw, cfg)
         acc = custom.int8_matmul(qa.int8, pw)
         y = custom.dequantize(acc, qa, pw, custom.outlier_product(qa, pw))
-        out[isa] = (qa.int8, qa.absmax, qa.outlier_cols, acc, y, pw.extra["packed"])
-    for a, b in zip(out["scalar"], out["avx2"], strict=True):
+        out[kernels] = (qa.int8, qa.absmax, qa.outlier_cols, acc, y, pw.extra["packed"])
+    for a, b in zip(out["scalar"], out[isa], strict=True):
         assert torch.equal(a, b)
+
+
+# Edges of the GEMMs' blocking: m around the 6- and 12-row tiles, k around the pair/quad tails
+# and the 512 / 2048 k blocks, n around the 16-column panels and the 2-panel tiles.
+GEMM_EDGE_SHAPES = [
+    (1, 1, 1),
+    (11, 2, 17),
+    (12, 5, 16),
+    (13, 7, 33),
+    (25, 513, 48),
+    (6, 2047, 15),
+    (7, 2050, 130),
+    (3, 4099, 31),
+]
+
+
+@pytest.mark.parametrize("shape", GEMM_EDGE_SHAPES)
+@pytest.mark.parametrize("isa", KERNEL_SETS)
+def test_gemm_is_the_exact_integer_product_on_every_kernel_set(isa_restored, gen, shape, isa):
+    use_kernel_set(isa)
+    m, k, n = shape
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    a[0] = -128  # the extremes: (-128)^2 and -128 * 127 products summed over all of k
+    b[-1] = -128
+    b[0] = 127
+    got = cpu_ext.int8_matmul_unpacked(a, b)
+    assert torch.equal(got.to(torch.int64), oracle.int_product(a, b)), f"{isa} {shape}"
 
 
 @pytest.mark.parametrize("method", ["vectorwise", "llm_int8"])

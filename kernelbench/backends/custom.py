@@ -3,7 +3,8 @@
 CPU half (this module + ``csrc/cpu_int8*.cpp``): one pass finds the outlier columns, one fused
 pass quantizes ``x`` (row absmax without the outlier columns, round half to even, int8 with the
 outlier columns zeroed, their 16-bit values gathered), an int8 GEMM with int32 accumulation on
-a packed one-byte-per-weight layout (AVX2 ``vpmaddwd``; scalar fallback elsewhere), and one fused
+a packed one-byte-per-weight layout (AVX512-VNNI ``vpdpbusd`` where the CPU has it, else AVX2
+``vpmaddwd``, else scalar; ``kernelbench._cpu.isa()`` says which), and one fused
 dequantization pass (outer product of the scales / 127^2, + bias, + the outlier product of the
 few outlier columns, computed in the same pass).
 
@@ -43,7 +44,9 @@ def _read_packed_columns(packed: torch.Tensor, n: int, k: int):
 
 class CustomBackend(Backend):
     name = "custom"
-    description = "our kernels: C++ AVX2 (CPU); CUDA kernels + cuBLASLt (GPU, unverified)"
+    description = (
+        "our kernels: C++ AVX512-VNNI/AVX2 (CPU); CUDA kernels + cuBLASLt (GPU, unverified)"
+    )
 
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)

@@ -1,0 +1,208 @@
+// AVX512-VNNI int8 GEMM (compiled with -mavx512f -mavx512bw -mavx512vnni; only called after a
+// run-time CPU check). It reads the same packed weight layout as the other paths (cpu_int8.h):
+// two consecutive k pairs of a 16-column panel are 64 bytes, which one vpermw turns into 16
+// int32 lanes of 4 k values each (lane j = column j), the operand shape of vpdpbusd.
+//
+// vpdpbusd multiplies *unsigned* bytes by signed bytes, four at a time, adding into int32 without
+// saturation. A is made unsigned by flipping its sign bit (a ^ 0x80 == a + 128 for every int8,
+// -128 included), and the excess is taken off per column: C = sum_k (a + 128) b - 128 sum_k b.
+// The column sums come from the same instruction (0x80 bytes times the panel), once per panel
+// and k block. int32 arithmetic wraps, so the result is exact whenever the true product fits in
+// int32 (|C| <= 128 * 128 * k: k < 131072), as on the other paths.
+//
+// Blocking: each thread owns a range of 16-column panels; within it, chunks of kNCp panels x kKC
+// k values of the packed weights stay in L2 while kMR-row slices of A sweep past, two panels at a
+// time (kMR x 2 zmm accumulators).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "cpu_int8.h"
+
+namespace kb {
+namespace avx512vnni {
+namespace {
+
+constexpr int kMR = 12;    // rows of A per micro-kernel call (12 x 2 accumulators + 3 = 27 zmm)
+constexpr int kKC = 2048;  // k values per block (a multiple of 4)
+constexpr int kNCp = 8;    // panels (of 16 columns) per L2 chunk: kNCp * kKC * 16 bytes of B
+constexpr int kQuadBytes = kMR * 4;  // one quad of a packed row block of A
+
+// Word index that interleaves the two k pairs of one 64-byte load: out words (2j, 2j+1) = in
+// words (j, 16 + j), i.e. column j's k values (0, 1) then (2, 3).
+inline __m512i pair_interleave() {
+  alignas(64) static const int16_t idx[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                              21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                              11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_load_si512(idx);
+}
+
+// Quad q of a panel block as vpdpbusd's signed operand; `half`: only its first pair exists (the
+// last quad when the block has an odd number of pairs), the rest reads as zero.
+inline __m512i load_quad(const int8_t* panel_block, int64_t q, bool half, __m512i idx) {
+  const int8_t* p = panel_block + q * 64;
+  const __m512i raw = half ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
+  return _mm512_permutexvar_epi16(idx, raw);
+}
+
+// acc += u8 a . s8 b, in place. Inline asm instead of _mm512_dpbusd_epi32: GCC 12 copied
+// every accumulator to a fresh register (and the stack) around each intrinsic in the loop.
+inline void dpbusd(__m512i& acc, __m512i a_u8, __m512i b_s8) {
+  asm("vpdpbusd %[b], %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a_u8), [b] "v"(b_s8));
+}
+
+inline int32_t load4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// One quad of row r: acc(r, 0..NP-1) += A(r, 4q..4q+3) . B(panel, quad).
+#define KB_QUAD(r, C0, C1)                                                  \
+  if constexpr (R > r) {                                                    \
+    const __m512i av = _mm512_set1_epi32(load4(a + q * kQuadBytes + r * 4)); \
+    dpbusd(C0, av, b0);                                                     \
+    if constexpr (NP > 1) dpbusd(C1, av, b1);                               \
+  }
+// Row r of the tile to C: acc - comp, + C when accumulating; the last panel masked to its columns.
+#define KB_STORE(r, C0, C1)                                                 \
+  if constexpr (R > r) {                                                    \
+    int32_t* dst = c + r * ldc;                                             \
+    store16(dst, C0, comp[0], NP == 1 ? last_mask : full, accumulate);      \
+    if constexpr (NP > 1) store16(dst + 16, C1, comp[1], last_mask, accumulate); \
+  }
+#define KB_ROWS(M)                                                          \
+  M(0, c00, c01) M(1, c10, c11) M(2, c20, c21) M(3, c30, c31)               \
+  M(4, c40, c41) M(5, c50, c51) M(6, c60, c61) M(7, c70, c71)               \
+  M(8, c80, c81) M(9, c90, c91) M(10, ca0, ca1) M(11, cb0, cb1)
+
+inline void store16(int32_t* dst, __m512i acc, __m512i comp, __mmask16 mask, bool accumulate) {
+  __m512i v = _mm512_sub_epi32(acc, comp);
+  if (accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(mask, dst));
+  _mm512_mask_storeu_epi32(dst, mask, v);
+}
+
+// R x (16 * NP) tile of C (= or +=) sum over nq quads (plus a half quad) of A x NP panels,
+// minus the panels' 128 * column sums `comp`. The accumulators are named variables and stored
+// by name (with an array GCC kept them on the stack).
+template <int R, int NP>
+void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
+                  int64_t nq, bool half, const __m512i* comp, int32_t* c, int64_t ldc,
+                  int last_cols, bool accumulate) {
+  static_assert(R >= 1 && R <= kMR && (NP == 1 || NP == 2), "tile shape");
+  const __m512i idx = pair_interleave();
+  const __m512i z = _mm512_setzero_si512();
+  __m512i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+  __m512i c40 = z, c41 = z, c50 = z, c51 = z, c60 = z, c61 = z, c70 = z, c71 = z;
+  __m512i c80 = z, c81 = z, c90 = z, c91 = z, ca0 = z, ca1 = z, cb0 = z, cb1 = z;
+  const int8_t* bp1 = bp + panel_bytes;
+  const int64_t quads = nq + (half ? 1 : 0);
+  for (int64_t q = 0; q < quads; ++q) {
+    const __mmask64 lm = (half && q == nq) ? __mmask64(0xffffffffull) : ~__mmask64(0);
+    const __m512i b0 = _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(lm, bp + q * 64));
+    const __m512i b1 =
+        NP > 1 ? _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(lm, bp1 + q * 64)) : z;
+    KB_ROWS(KB_QUAD)
+  }
+  const __mmask16 full = 0xffff, last_mask = static_cast<__mmask16>((1u << last_cols) - 1u);
+  KB_ROWS(KB_STORE)
+}
+#undef KB_ROWS
+#undef KB_STORE
+#undef KB_QUAD
+
+using KernelFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, bool,
+                          const __m512i*, int32_t*, int64_t, int, bool);
+
+template <int NP, size_t... I>
+constexpr auto kernel_row(std::index_sequence<I...>) {
+  return std::array<KernelFn, sizeof...(I)>{{micro_kernel<static_cast<int>(I) + 1, NP>...}};
+}
+
+const auto kKernels1 = kernel_row<1>(std::make_index_sequence<kMR>{});
+const auto kKernels2 = kernel_row<2>(std::make_index_sequence<kMR>{});
+
+// 128 * (column sums of one panel block), as vpdpbusd of 0x80 bytes with the block.
+inline __m512i column_sums_x128(const int8_t* panel_block, int64_t nq, bool half, __m512i idx) {
+  const __m512i ones = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i s = _mm512_setzero_si512();
+  for (int64_t q = 0; q < nq; ++q) dpbusd(s, ones, load_quad(panel_block, q, false, idx));
+  if (half) dpbusd(s, ones, load_quad(panel_block, nq, true, idx));
+  return s;
+}
+
+}  // namespace
+
+void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
+                  int32_t* c) {
+  const int64_t panels = (n + 15) / 16, pairs = (k + 1) / 2;
+  const int64_t panel_bytes = pairs * 32;
+  // A packed as unsigned bytes in row blocks of kMR: block b, quad q, row r at
+  // ((b * kq + q) * kMR + r) * 4, so a micro-kernel reads its rows' quads in one stream. The
+  // padding (rows past m, k values past k) is 0x80, i.e. a = 0.
+  const int64_t kq = (k + 3) / 4, blocks = (m + kMR - 1) / kMR;
+  const int64_t block_bytes = kq * kQuadBytes;
+  std::vector<uint8_t> ap(static_cast<size_t>(blocks * block_bytes));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* dst = ap.data() + b * block_bytes;
+    for (int r = 0; r < kMR; ++r) {
+      const int64_t row = b * kMR + r;
+      uint8_t* d = dst + r * 4;
+      if (row >= m) {
+        for (int64_t q = 0; q < kq; ++q) std::memset(d + q * kQuadBytes, 0x80, 4);
+        continue;
+      }
+      const int8_t* src = a + row * k;
+      int64_t q = 0;
+      for (; 4 * q + 4 <= k; ++q) {
+        uint32_t v;
+        std::memcpy(&v, src + 4 * q, 4);
+        v ^= 0x80808080u;
+        std::memcpy(d + q * kQuadBytes, &v, 4);
+      }
+      for (; q < kq; ++q)
+        for (int j = 0; j < 4; ++j) {
+          const int64_t kidx = 4 * q + j;
+          d[q * kQuadBytes + j] = kidx < k ? static_cast<uint8_t>(src[kidx]) ^ 0x80u : 0x80u;
+        }
+    }
+  }
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
+    const __m512i idx = pair_interleave();
+    __m512i comp[kNCp];
+    for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
+      const int64_t pc1 = std::min(p1, pc0 + kNCp);
+      for (int64_t k0 = 0; k0 < k; k0 += kKC) {
+        const int64_t kc = std::min<int64_t>(kKC, k - k0), kp = (kc + 1) / 2;
+        const int64_t nq = kp / 2;
+        const bool half = kp % 2 != 0;
+        const int8_t* block = packed_b + k0 / 2 * 32;  // + p * panel_bytes for panel p
+        for (int64_t p = pc0; p < pc1; ++p)
+          comp[p - pc0] = column_sums_x128(block + p * panel_bytes, nq, half, idx);
+        for (int64_t r0 = 0; r0 < m; r0 += kMR) {
+          const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
+          for (int64_t p = pc0; p < pc1; p += 2) {
+            const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
+            const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
+            const KernelFn f = np == 2 ? kKernels2[R - 1] : kKernels1[R - 1];
+            f(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
+              block + p * panel_bytes, panel_bytes, nq, half,
+              comp + (p - pc0), c + r0 * n + p * 16, n, last_cols, k0 > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace avx512vnni
+}  // namespace kb
