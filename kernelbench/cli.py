@@ -98,6 +98,9 @@ def run(
     quick: bool = typer.Option(False, help="CI-sized subset: d 768,1024,2048 at 256 tokens"),
     threads: int = typer.Option(None, help="CPU threads (default: torch's default)"),
     budget: float = typer.Option(None, help="Seconds of timed samples per row"),
+    paired: bool = typer.Option(
+        True, help="Also time each row alternated with the 16-bit baseline (paired_speedup)"
+    ),
     max_call: float = typer.Option(None, help="Skip rows whose one call is estimated above this"),
     alpha: float = typer.Option(6.0, help="Outlier threshold (0 = no decomposition)"),
     outlier_cmp: str = typer.Option(">", help="'>' (paper) or '>=' (bitsandbytes)"),
@@ -151,6 +154,7 @@ def run(
             max_call_s=max_call or (5.0 if quick else 30.0),
             error_rows=256 if quick else error_rows,
             activations=activations,
+            paired=paired,
         )
         items = plan(the_case, opts)
         pairs = method_pairs(opts)

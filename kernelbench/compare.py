@@ -12,19 +12,21 @@ the relative growth of the row's (normalised) time: ``+0.20`` is 20% slower.
 
 Noise band. A row is ``slower`` only when its change exceeds *both* ``speed_tol`` and the two runs'
 measured spread combined; ``faster`` is the mirror image. Each run's spread is the row's
-``rel_spread`` (IQR / median), combined in quadrature with the 16-bit baseline row's
-``rel_spread`` when the comparison goes through ``speedup`` (a ratio carries the noise of both
-times). The two runs' spreads are then combined in quadrature too, ``sqrt(a**2 + b**2)``: the runs
-are independent measurements, and independent relative errors of a ratio add in quadrature to
-first order. The linear sum ``a + b`` is the worst case bound and would widen the band by up to
-~41% for equal spreads, hiding real regressions; quadrature is still conservative here because
-IQR / median measures the spread of single samples, several times the uncertainty of a median of
-many samples. A spread from fewer than :data:`MIN_SPREAD_SAMPLES` samples (or a missing
-``rel_spread`` or baseline row) is not a measurement: it adds nothing to the band, and a row whose
-change goes beyond the tolerance while a spread is unmeasured is ``unknown`` (reported, with the
-reason), not ``slower``: noise cannot be ruled out. A row pooled from R runs (``rounds``, made
-by ``kernelbench merge``) enters with ``rel_spread / sqrt(R)``: its spread is then one between
-independent runs, and the median of R such draws is known that much better (see ``_spread``).
+``rel_spread`` (IQR / median), combined in quadrature with the 16-bit baseline row's ``rel_spread``
+when the comparison goes through ``speedup`` (a ratio carries the noise of both times). A ``paired``
+row (timed in alternation with its baseline, so that its ``speedup`` is two medians over the same
+seconds) brings the spread of its pairs' ratios instead. The two runs' spreads are then combined in
+quadrature too, ``sqrt(a**2 + b**2)``: the runs are independent measurements, and independent
+relative errors of a ratio add in quadrature to first order. The linear sum ``a + b`` is the worst
+case bound and would widen the band by up to ~41% for equal spreads, hiding real regressions;
+quadrature is still conservative here because IQR / median measures the spread of single samples,
+several times the uncertainty of a median of many samples. A spread from fewer than
+:data:`MIN_SPREAD_SAMPLES` samples (or a missing ``rel_spread`` or baseline row) is not a
+measurement: it adds nothing to the band, and a row whose change goes beyond the tolerance while a
+spread is unmeasured is ``unknown`` (reported, with the reason), not ``slower``: noise cannot be
+ruled out. A row pooled from R runs (``rounds``, made by ``kernelbench merge``) enters with
+``rel_spread / sqrt(R)``: its spread is then one between independent runs, and the median of R such
+draws is known that much better (see ``_spread``).
 
 Error. ``rel_error`` is deterministic for fixed seeds and the same device class, so any growth
 beyond ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``.
@@ -129,7 +131,7 @@ class Comparison:
 
 
 @dataclass
-class _Run:
+class LoadedRun:
     path: Path
     rows: dict[tuple, dict]
     env: dict
@@ -158,7 +160,7 @@ def _check_row(path: Path, i: int, row: dict) -> None:
             raise SchemaError(f"{path}: row {i}: {c} must be a finite number >= 0, got {v!r}")
 
 
-def _load_run(path: Path) -> _Run:
+def load_run(path: Path) -> LoadedRun:
     """Rows keyed by KEY_COLUMNS (the last row of a key wins: ``--resume`` appends retries)."""
     path = Path(path)
     results = _results_path(path)
@@ -190,7 +192,7 @@ def _load_run(path: Path) -> _Run:
         version = env.get("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise SchemaError(f"{env_path}: schema_version {version!r} is not {SCHEMA_VERSION}")
-    return _Run(results, keyed, env, len(rows) - len(keyed))
+    return LoadedRun(results, keyed, env, len(rows) - len(keyed))
 
 
 # --- verdicts -------------------------------------------------------------------------------
@@ -221,13 +223,25 @@ def _spread(row: dict | None) -> float | None:
     return row["rel_spread"] / math.sqrt(max(1, int(row.get("rounds") or 1)))
 
 
-def _noise_rows(run: _Run, row: dict, via_speedup: bool) -> list[dict | None]:
-    """The rows whose spreads make up one run's noise: the row, and for a ``speedup`` ratio the
-    run's 16-bit baseline row of the same cell (unless the row is that baseline)."""
+def _paired_spread(row: dict) -> float | None:
+    """A paired row's noise on its ``speedup``: the spread of its pairs' ratios (both times of a
+    pair saw the same machine), ``/ sqrt(rounds)`` as in :func:`_spread`."""
+    if row.get("paired_rel_spread") is None or row.get("samples", 0) < MIN_SPREAD_SAMPLES:
+        return None
+    return row["paired_rel_spread"] / math.sqrt(max(1, int(row.get("rounds") or 1)))
+
+
+def _run_noise(run: LoadedRun, row: dict, via_speedup: bool) -> list[float | None]:
+    """The spreads that make up one run's noise on the compared metric: a paired row's pair
+    ratios; else the row's own spread, and for a ``speedup`` ratio that of the run's 16-bit
+    baseline row of the same cell (unless the row is that baseline)."""
+    if via_speedup and row.get("paired"):
+        return [_paired_spread(row)]
     if not via_speedup or (row["backend"], row["method"]) == (BASELINE_BACKEND, BASELINE_METHOD):
-        return [row]
+        return [_spread(row)]
     swap = {"backend": BASELINE_BACKEND, "method": BASELINE_METHOD}
-    return [row, run.rows.get(tuple(swap.get(c, row[c]) for c in KEY_COLUMNS))]
+    baseline = run.rows.get(tuple(swap.get(c, row[c]) for c in KEY_COLUMNS))
+    return [_spread(row), _spread(baseline)]
 
 
 def _positive(v) -> bool:
@@ -242,7 +256,9 @@ def _speedup(row: dict) -> float | None:
     return None
 
 
-def _speed(rc: RowComparison, b: dict, n: dict, base: _Run, new: _Run, tol: float) -> None:
+def _speed(
+    rc: RowComparison, b: dict, n: dict, base: LoadedRun, new: LoadedRun, tol: float
+) -> None:
     """Fill the speed fields of ``rc`` and set its verdict to faster / slower / same / unknown."""
     notes = []
     sb, sn = _speedup(b), _speedup(n)
@@ -257,9 +273,7 @@ def _speed(rc: RowComparison, b: dict, n: dict, base: _Run, new: _Run, tol: floa
     else:
         rc.verdict, rc.detail = "unknown", "no timing to compare"
         return
-    spreads = [
-        _spread(r) for run, row in ((base, b), (new, n)) for r in _noise_rows(run, row, via_speedup)
-    ]
+    spreads = _run_noise(base, b, via_speedup) + _run_noise(new, n, via_speedup)
     rc.noise = math.sqrt(sum((s or 0.0) ** 2 for s in spreads))
     rc.band = max(tol, rc.noise)
     speed_gain = 1.0 / (1.0 + rc.change) - 1.0  # relative growth of speed
@@ -289,7 +303,7 @@ def _error(rc: RowComparison, b: dict, n: dict, tol: float) -> None:
         rc.verdict = "error-worse"
 
 
-def _compare_row(key: tuple, base: _Run, new: _Run, speed_tol: float, error_tol: float):
+def _compare_row(key: tuple, base: LoadedRun, new: LoadedRun, speed_tol: float, error_tol: float):
     b, n = base.rows.get(key), new.rows.get(key)
     rc = RowComparison(key=key, label=_label(n or b), verdict="unknown")
     if b is None:
@@ -311,6 +325,12 @@ def _compare_row(key: tuple, base: _Run, new: _Run, speed_tol: float, error_tol:
     return rc
 
 
+def _check_tolerances(speed_tol: float, error_tol: float) -> None:
+    for name, tol in (("speed_tol", speed_tol), ("error_tol", error_tol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {tol!r}")
+
+
 def compare_runs(
     base: Path,
     new: Path,
@@ -325,15 +345,25 @@ def compare_runs(
     files: an unusable input gives a Comparison with ``problem`` set
     and ``exit_code == 2``. Negative or non-finite tolerances are a programming error
     (:class:`ValueError`)."""
-    for name, tol in (("speed_tol", speed_tol), ("error_tol", error_tol)):
-        if not (math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {tol!r}")
-    cmp = Comparison(str(base), str(new), speed_tol, error_tol)
+    _check_tolerances(speed_tol, error_tol)
     try:
-        b_run, n_run = _load_run(Path(base)), _load_run(Path(new))
+        b_run, n_run = load_run(Path(base)), load_run(Path(new))
     except SchemaError as exc:
-        cmp.problem = str(exc)
-        return cmp
+        return Comparison(str(base), str(new), speed_tol, error_tol, problem=str(exc))
+    return compare_loaded_runs(b_run, n_run, speed_tol, error_tol, backends)
+
+
+def compare_loaded_runs(
+    b_run: LoadedRun,
+    n_run: LoadedRun,
+    speed_tol: float = 0.10,
+    error_tol: float = 0.0,
+    backends: list[str] | None = None,
+) -> Comparison:
+    """:func:`compare_runs` on runs already read with :func:`load_run` (e.g. to compare many
+    pairs, or an edited copy of a run, without writing files)."""
+    _check_tolerances(speed_tol, error_tol)
+    cmp = Comparison(str(b_run.path), str(n_run.path), speed_tol, error_tol)
     if b_run.device_classes != n_run.device_classes:
         cmp.problem = (
             f"different device classes: base {sorted(b_run.device_classes)}, new "

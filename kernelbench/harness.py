@@ -19,6 +19,7 @@ goes on.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from kernelbench.cases import Case, Size, load_activation_file, make_inputs
 from kernelbench.env import device_class
 from kernelbench.quant import QuantConfig, outlier_columns
 from kernelbench.results import ResultRow
-from kernelbench.timing import TimerSettings, time_fn
+from kernelbench.timing import Measurement, TimerSettings, stats, time_fn, time_paired
 
 BASELINE = ("torch", "fp16")
 FP32 = ("torch", "fp32")
@@ -63,6 +64,8 @@ class RunOptions:
     max_call_s: float = 30.0
     error_rows: int = 512
     activations: Path | None = None
+    #: Also time each row in alternation with the cell's 16-bit baseline (``paired_speedup``).
+    paired: bool = True
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,7 @@ def measure_cell(
     kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
     times: dict[tuple[str, str], float] = {}
     baseline_error: float | None = None
+    baseline_fn = None  # the 16-bit baseline's call, kept for the paired timing of later rows
 
     for backend_name, method in todo:
         row = base_row(item, case, backend_name, method, device, dclass)
@@ -227,13 +231,24 @@ def measure_cell(
             yield _stamp(row)
             continue
         try:
-            _measure_row(
-                row, backend, method, inputs, opts, device, kept_rows, rows_idx, reference, times
+            call = _measure_row(
+                row,
+                backend,
+                method,
+                inputs,
+                opts,
+                device,
+                kept_rows,
+                rows_idx,
+                reference,
+                times,
+                baseline_fn,
             )
             estimator.record((backend_name, method), ops, row.median_ms / 1e3, item.size.d_model)
             times[(backend_name, method)] = row.median_ms
             if (backend_name, method) == BASELINE:
                 baseline_error = row.rel_error
+                baseline_fn = call if opts.paired else None
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             row.status = "failed"
             row.reason = f"{type(exc).__name__}: {exc}"[:500]
@@ -244,8 +259,9 @@ def measure_cell(
 
 
 def _measure_row(
-    row, backend, method, inputs, opts, device, kept_rows, rows_idx, reference, times
-) -> None:
+    row, backend, method, inputs, opts, device, kept_rows, rows_idx, reference, times, baseline_fn
+):
+    """Fill ``row`` with the method's accuracy and times; returns the timed call."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     runner: Runner = backend.runner(
@@ -269,7 +285,15 @@ def _measure_row(
     row.weight_bytes = runner.weight_bytes
     row.variant, row.compile_s = runner.variant, runner.compile_seconds
     del y
-    meas = time_fn(runner.run, opts.timer, device, warmed_s=first_call_s)
+    pair_s = first_call_s + times[BASELINE] / 1e3 if baseline_fn is not None else math.inf
+    if pair_s * opts.timer.min_samples <= opts.timer.budget_s:
+        paired = time_paired(runner.run, baseline_fn, opts.timer, device, warmed_s=first_call_s)
+        meas = Measurement(paired.row_ms)
+        row.paired, row.baseline_raw_ms = True, paired.baseline_ms
+        ps = paired.stats
+        row.paired_speedup, row.paired_rel_spread = ps.median_ms, ps.rel_spread
+    else:
+        meas = time_fn(runner.run, opts.timer, device, warmed_s=first_call_s)
     st = meas.stats
     row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms = (
         st.median_ms,
@@ -290,12 +314,14 @@ def _measure_row(
         row.stages_ms[stage] = time_fn(fn, opts.stage_timer, device).stats.median_ms
     if device.type == "cuda":
         row.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
+    return runner.run
 
 
 def _fill_relative(row: ResultRow, times, baseline_error, ops: float) -> None:
     if row.status != "ok":
         return
-    base = times.get(BASELINE)
+    # A paired row's baseline is the 16-bit baseline's median over the row's own pairs.
+    base = stats(row.baseline_raw_ms).median_ms if row.paired else times.get(BASELINE)
     fp32 = times.get(FP32)
     row.baseline_ms = base
     row.speedup = base / row.median_ms if base else None

@@ -7,14 +7,15 @@ between runs. Pooling the raw samples of N runs (rounds) gives a median that one
 cannot move much, and a spread (``rel_spread``) that includes the drift between rounds, which is
 what :mod:`kernelbench.compare` needs for its noise band.
 
-Per key (:data:`~kernelbench.results.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` are concatenated
-and the statistics recomputed with each round weighing the same (a round whose calls converged
-after 5 samples counts as much as one that took 45); stage times are the median of
-the rounds' stage times; ``baseline_ms``, ``speedup``, ``speedup_fp32`` and ``tops`` are recomputed
-from the pooled medians of the same cell. Errors are deterministic for fixed seeds; should the
-rounds disagree, the largest is kept (never the flattering one). A key with no ``ok`` row keeps
-its last round's row (skipped or failed, with the reason). Nothing is written to the inputs.
-"""
+Per key (:data:`~kernelbench.results.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` are concatenated and
+the statistics recomputed with each round weighing the same (a round whose calls converged after 5
+samples counts as much as one that took 45); stage times are the median of the rounds' stage times;
+``baseline_ms``, ``speedup``, ``speedup_fp32`` and ``tops`` are recomputed from the pooled medians
+of the same cell, except that a paired row (timed in alternation with its baseline,
+:func:`kernelbench.timing.time_paired`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
+takes ``baseline_ms`` from those. Errors are deterministic for fixed seeds; should the rounds
+disagree, the largest is kept (never the flattering one). A key with no ``ok`` row keeps its last
+round's row (skipped or failed, with the reason). Nothing is written to the inputs."""
 
 from __future__ import annotations
 
@@ -74,19 +75,37 @@ def _weighted_quantile(values: list[float], weights: list[float], p: float) -> f
     return pairs[-1][0]
 
 
+def _concat(per_round: list[list[float]]) -> tuple[list[float], list[float]]:
+    """All rounds' samples, and weights that give each round the same total weight."""
+    values = [v for samples in per_round for v in samples]
+    weights = [1.0 / len(samples) for samples in per_round for _ in samples]
+    return values, weights
+
+
 def _pool(rows: list[dict]) -> ResultRow:
     """One row from the rounds of one key."""
     ok = [r for r in rows if r["status"] == "ok" and r.get("raw_ms")]
     if not ok:
         return ResultRow(**{k: v for k, v in rows[-1].items() if k in _ROW_FIELDS})
     row = ResultRow(**{k: v for k, v in ok[0].items() if k in _ROW_FIELDS})
-    row.raw_ms = [t for r in ok for t in r["raw_ms"]]
-    weights = [1.0 / len(r["raw_ms"]) for r in ok for _ in r["raw_ms"]]
+    row.raw_ms, weights = _concat([r["raw_ms"] for r in ok])
     q1, median, q3 = (_weighted_quantile(row.raw_ms, weights, p) for p in (0.25, 0.5, 0.75))
     row.median_ms, row.iqr_ms, row.min_ms = median, q3 - q1, min(row.raw_ms)
     row.mean_ms = sum(t * w for t, w in zip(row.raw_ms, weights, strict=True)) / sum(weights)
     row.rel_spread = row.iqr_ms / median if median > 0 else 0.0
     row.samples = len(row.raw_ms)
+    # A paired row pools its baseline's calls the same way, when every round was paired (the
+    # pairs stay aligned); otherwise it is pooled as an unpaired row.
+    row.paired = all(
+        r.get("paired") and len(r.get("baseline_raw_ms") or []) == len(r["raw_ms"]) for r in ok
+    )
+    row.baseline_raw_ms, row.paired_speedup, row.paired_rel_spread = [], None, None
+    if row.paired:
+        row.baseline_raw_ms, _ = _concat([r["baseline_raw_ms"] for r in ok])
+        row.baseline_ms = _weighted_quantile(row.baseline_raw_ms, weights, 0.5)
+        ratios = [b / t for b, t in zip(row.baseline_raw_ms, row.raw_ms, strict=True)]
+        p1, pm, p3 = (_weighted_quantile(ratios, weights, p) for p in (0.25, 0.5, 0.75))
+        row.paired_speedup, row.paired_rel_spread = pm, (p3 - p1) / pm if pm > 0 else 0.0
     row.rounds = sum(int(r.get("rounds") or 1) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
     stages = sorted({s for r in ok for s in (r.get("stages_ms") or {})})
@@ -130,6 +149,8 @@ def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:
         same_cell = [k for k in medians if _cell(k) == cell]
         base = next((medians[k] for k in same_cell if _pair(k) == BASELINE), None)
         fp32 = next((medians[k] for k in same_cell if _pair(k) == FP32), None)
+        if row.paired:  # its own baseline calls, pooled over the rounds in _pool
+            base = row.baseline_ms
         row.baseline_ms = base
         row.speedup = base / row.median_ms if base else None
         row.speedup_fp32 = fp32 / row.median_ms if fp32 else None

@@ -61,8 +61,15 @@ class ResultRow:
     throttled_samples: int = 0
     # speed relative to the same run's baselines on the same inputs
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)
+    # (when `paired`: its median in this row's pairs; otherwise the cell's baseline row)
     speedup: float | None = None  # baseline_ms / median_ms
     speedup_fp32: float | None = None  # fp32 time / median_ms
+    # paired timing (timing.time_paired): the row's calls alternated with the 16-bit baseline's,
+    # so baseline_ms is the baseline's median over the same seconds as the row's median_ms
+    paired: bool = False
+    baseline_raw_ms: list[float] = field(default_factory=list)  # aligned with raw_ms
+    paired_speedup: float | None = None  # median of the pairs' baseline / row ratios
+    paired_rel_spread: float | None = None  # IQR / median of those ratios
     tops: float | None = None  # 2*m*k*n / median, in 1e12 ops per second
     paper_speedup: float | None = None  # the paper's App. D.1 figure for this cell, if any
     # accuracy against the float64 oracle

@@ -9,6 +9,11 @@ separate pure function. Two clocks:
   a buffer twice the device's L2 size (outside the timed region); optional CUDA-graph replay to
   take launch gaps out; the SM clock is read per sample and samples below 90% of the first
   reading are flagged as throttled. (UNVERIFIED: no GPU in the session that wrote this.)
+
+:func:`time_paired` times a row against its 16-bit baseline in alternation and keeps the ratio of
+each adjacent pair of calls: on a shared machine whose speed swings by 2x for a second at a time
+(seen on this project's CI VM), both calls of a pair see the same machine, so the ratio holds
+still while each time alone does not.
 """
 
 from __future__ import annotations
@@ -69,9 +74,10 @@ class StoppingCriterion:
         self.samples: list[float] = []
         self.elapsed_s = 0.0
 
-    def add(self, sample_ms: float) -> None:
+    def add(self, sample_ms: float, elapsed_s: float | None = None) -> None:
+        """``elapsed_s``: the time the sample took when ``sample_ms`` is not one (a ratio)."""
         self.samples.append(sample_ms)
-        self.elapsed_s += sample_ms / 1e3
+        self.elapsed_s += sample_ms / 1e3 if elapsed_s is None else elapsed_s
 
     def converged(self) -> bool:
         st = self.settings
@@ -205,3 +211,72 @@ def time_fn(
     if torch.device(device).type == "cuda":
         return time_cuda(fn, settings, torch.device(device), warmed_s)
     return time_cpu(fn, settings, warmed_s)
+
+
+@dataclass
+class PairedMeasurement:
+    """``ratios[i] = baseline_ms[i] / row_ms[i]``: the speedup of one adjacent pair of calls."""
+
+    ratios: list[float]
+    row_ms: list[float]
+    baseline_ms: list[float]
+
+    @property
+    def stats(self) -> Stats:
+        return stats(self.ratios)
+
+
+def _call_timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
+    """One timed call in ms: perf_counter on CPU; on CUDA an L2 flush, then device events
+    (UNVERIFIED on a GPU, like :func:`time_cuda`)."""
+    if device.type != "cuda":
+
+        def timed(fn: Callable[[], object]) -> float:
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+
+        return timed
+    flush = L2Flusher(device)
+    stream = torch.cuda.current_stream(device)
+
+    def timed_cuda(fn: Callable[[], object]) -> float:
+        flush()
+        begin = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        begin.record(stream)
+        fn()
+        end.record(stream)
+        end.synchronize()
+        return begin.elapsed_time(end)
+
+    return timed_cuda
+
+
+def time_paired(
+    row_fn: Callable[[], object],
+    baseline_fn: Callable[[], object],
+    settings: TimerSettings,
+    device: torch.device,
+    warmed_s: float = 0.0,
+) -> PairedMeasurement:
+    """Warm ``row_fn`` up (``warmed_s`` as in :func:`time_fn`; the baseline was timed just
+    before), then alternate timed calls of the two, the order flipped every pair so that
+    neither always runs right after the other. The stopping criterion judges the pairs'
+    ratios; the budget counts both calls."""
+    device = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    _warm_up(row_fn, settings, warmed_s, sync)
+    timed = _call_timer(device)
+    criterion = StoppingCriterion(settings)
+    rows: list[float] = []
+    bases: list[float] = []
+    while not criterion.done():
+        if len(rows) % 2:
+            r, b = timed(row_fn), timed(baseline_fn)
+        else:
+            b, r = timed(baseline_fn), timed(row_fn)
+        rows.append(r)
+        bases.append(b)
+        criterion.add(b / r if r > 0 else 0.0, elapsed_s=(r + b) / 1e3)
+    return PairedMeasurement(criterion.samples, rows, bases)

@@ -179,6 +179,30 @@ def test_slower_machine_with_same_speedups_is_same(base: Path, tmp_path: Path):
     assert cmp.exit_code == 0 and {r.verdict for r in cmp.rows} == {"same"}
 
 
+def test_paired_rows_are_judged_on_the_spread_of_their_pairs(tmp_path: Path):
+    # Each time alone is noisy (30% spread: the machine's speed swung), the pairs' ratios are
+    # not (3%): a 30% slowdown of a paired row is caught, through its median_ms.
+    noisy = {"rel_spread": 0.30}
+    paired = {**noisy, "paired": True, "paired_rel_spread": 0.03}
+    rows = standard_rows(fp16=noisy, llm_int8=paired, vectorwise=paired)
+    base = write_run(tmp_path / "base", rows)
+    r = row("llm_int8")
+    new = write_run(
+        tmp_path / "new", standard_rows(fp16=noisy, llm_int8={**paired, **slowed(r, 1.3)})
+    )
+    got = by_method(compare_runs(base, new))
+    assert got["llm_int8"].verdict == "slower"
+    assert got["llm_int8"].noise == pytest.approx(math.sqrt(2) * 0.03)
+    assert got["vectorwise"].verdict == "same"
+    # unpaired, the same rows' noise (row and baseline spreads, both runs) hides the change
+    plain = write_run(tmp_path / "plain", standard_rows(fp16=noisy, llm_int8=noisy))
+    plain_new = write_run(
+        tmp_path / "plain_new", standard_rows(fp16=noisy, llm_int8={**noisy, **slowed(r, 1.3)})
+    )
+    got = by_method(compare_runs(plain, plain_new))["llm_int8"]
+    assert got.verdict == "same" and got.noise == pytest.approx(0.6)
+
+
 def test_pooled_rounds_shrink_the_noise_band(tmp_path: Path):
     # Spreads of 0.5 on the row and its 16-bit baseline in both runs: noise sqrt(4 * 0.25) = 1.0
     # hides a 40% slowdown. Pooled from 9 runs each (kernelbench merge), a spread is a spread
@@ -514,3 +538,49 @@ def test_baseline_names_are_safe_paths(tmp_path: Path):
     assert find_baseline("..", store) is None
     named = update_baseline(write_run(tmp_path / "gpu2", cuda), store, name="h200 nightly")
     assert named == store / "h200_nightly"
+
+
+# --- the committed CPU baseline ----------------------------------------------------------------
+
+BASELINES_DIR = Path(__file__).resolve().parents[1] / "reports" / "baselines"
+COMMITTED = sorted(p for p in BASELINES_DIR.glob("*") if (p / RESULTS_FILE).is_file())
+
+
+@pytest.mark.skipif(not COMMITTED, reason="no committed baseline")
+@pytest.mark.parametrize("committed", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_committed_baseline_catches_a_50pct_slowdown_of_each_custom_llm_int8_row(
+    tmp_path: Path, committed: Path
+):
+    # Issue 7's must-show on the kept data, through the CLI: the baseline against itself exits
+    # 0; a copy with one custom llm_int8 row's median_ms raised by 50% exits 1 naming that row,
+    # with the baseline's own measured spreads on both sides of the band.
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+
+    lines = (committed / RESULTS_FILE).read_text(encoding="utf-8").splitlines()
+    targets = [
+        i
+        for i, line in enumerate(lines)
+        if (r := json.loads(line))["backend"] == "custom"
+        and r["method"] == "llm_int8"
+        and r["status"] == "ok"
+    ]
+    assert targets, "the committed baseline has no measured custom llm_int8 row"
+    runner = CliRunner()
+    same = runner.invoke(app, ["compare", str(committed), str(committed)])
+    assert same.exit_code == 0, same.output
+    for i in targets:
+        slowed_lines = list(lines)
+        r = json.loads(lines[i])
+        r["median_ms"] *= 1.5
+        slowed_lines[i] = json.dumps(r)
+        copy = tmp_path / f"slow{i}"
+        copy.mkdir()
+        (copy / RESULTS_FILE).write_text("\n".join(slowed_lines) + "\n", encoding="utf-8")
+        (copy / ENV_FILE).write_bytes((committed / ENV_FILE).read_bytes())
+        got = runner.invoke(app, ["compare", str(committed), str(copy), "--backend", "custom"])
+        assert got.exit_code == 1, got.output
+        label = f"gpt3 {r['size']} {r['layer']} tokens={r['tokens']} custom/llm_int8"
+        slower = [ln for ln in got.output.splitlines() if ln.startswith("slower ")]
+        assert len(slower) == 1 and label in slower[0], got.output

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -151,6 +153,34 @@ def test_stopping_criterion_stops_on_low_noise_or_budget():
     assert slow.done()
 
 
+def test_paired_timing_holds_the_ratio_while_the_machine_speed_swings():
+    """A machine whose speed halves for stretches (as the CI VM's does): each time alone swings
+    2x, the ratio of the two calls of a pair does not."""
+    from kernelbench.timing import time_paired
+
+    clock = {"calls": 0}
+
+    def busy(ms: float):
+        def call():
+            slow = 2.0 if (clock["calls"] // 6) % 2 else 1.0  # speed swings every 3 pairs
+            clock["calls"] += 1
+            end = time.perf_counter() + ms * slow / 1e3
+            while time.perf_counter() < end:
+                pass
+
+        return call
+
+    settings = TimerSettings(
+        budget_s=1.0, warmup_s=0.0, min_samples=3, max_samples=21, target_rel_spread=0.0
+    )
+    paired = time_paired(busy(1.0), busy(2.0), settings, torch.device("cpu"), warmed_s=1.0)
+    assert len(paired.ratios) == len(paired.row_ms) == len(paired.baseline_ms) == 21
+    assert max(paired.row_ms) > 1.6 * min(paired.row_ms)  # the machine did swing
+    assert paired.stats.median_ms == pytest.approx(2.0, rel=0.15)
+    assert sum(abs(r - 2.0) < 0.3 for r in paired.ratios) >= 0.9 * len(paired.ratios)
+    assert stats(paired.ratios).rel_spread < stats(paired.row_ms).rel_spread
+
+
 # --- the pipeline ------------------------------------------------------------------------------
 
 
@@ -174,6 +204,19 @@ def test_measure_cell_rows_have_baselines_errors_and_memory():
     assert by[("custom", "llm_int8")].rel_error < 0.05
     assert by[("custom", "llm_int8")].baseline_rel_error == by[("torch", "fp16")].rel_error
     assert set(by[("custom", "llm_int8")].stages_ms) >= {"quantize", "int8_matmul", "dequantize"}
+    # paired timing: every row but the baseline alternated with it; its baseline_ms is the
+    # baseline's median over the row's own pairs
+    assert not by[("torch", "fp16")].paired
+    r = by[("custom", "llm_int8")]
+    assert r.paired and len(r.baseline_raw_ms) == len(r.raw_ms) == r.samples >= 1
+    assert r.baseline_ms == pytest.approx(stats(r.baseline_raw_ms).median_ms)
+    ratios = [b / t for b, t in zip(r.baseline_raw_ms, r.raw_ms, strict=True)]
+    assert r.paired_speedup == pytest.approx(stats(ratios).median_ms)
+    unpaired = list(
+        measure_cell(item, case, dataclasses.replace(opts, paired=False), CallEstimator())
+    )
+    assert not any(x.paired or x.baseline_raw_ms for x in unpaired)
+    assert {x.baseline_ms for x in unpaired if x.status == "ok"} == {unpaired[0].median_ms}
 
 
 class _ExplodingBackend(Backend):

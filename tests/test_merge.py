@@ -161,3 +161,25 @@ def test_cli_merge(tmp_path: Path):
     assert "merged 2 runs: 2 rows (2 ok)" in result.output
     result = runner.invoke(app, ["merge", str(tmp_path / "m2"), str(a)])
     assert result.exit_code == 2 and "at least two runs" in result.output
+
+
+def test_paired_rows_pool_their_own_baseline_calls(tmp_path: Path):
+    # Round 1 ran in a slow stretch: both calls of every pair took twice as long.
+    fast = dict(paired=True, baseline_raw_ms=[10.0, 10.2, 9.8])
+    slow = dict(paired=True, baseline_raw_ms=[20.0, 20.4, 19.6])
+    runs = [
+        write_run(tmp_path / "r1", round_rows([11.0] * 3, [16.0, 16.2, 15.8], **slow)),
+        write_run(tmp_path / "r2", round_rows([11.0] * 3, [8.0, 8.1, 7.9], **fast)),
+        write_run(tmp_path / "r3", round_rows([11.0] * 3, [8.0, 8.1, 7.9], **fast)),
+    ]
+    rows, _ = merge_runs(runs)
+    llm = rows_by_method(rows)["llm_int8"]
+    assert llm.paired and len(llm.baseline_raw_ms) == len(llm.raw_ms) == 9
+    assert llm.baseline_ms == 10.2 and llm.median_ms == 8.1  # pooled over the pairs, not 11.0
+    assert llm.speedup == pytest.approx(10.2 / 8.1)
+    assert llm.paired_speedup == pytest.approx(1.25, rel=0.02)  # every pair's ratio is ~1.25
+    assert llm.paired_rel_spread < 0.03
+    # one unpaired round: the pooled row is unpaired, its baseline the cell's fp16 row
+    runs.append(write_run(tmp_path / "r4", round_rows([11.0] * 3, [8.0, 8.1, 7.9])))
+    llm = rows_by_method(merge_runs(runs)[0])["llm_int8"]
+    assert not llm.paired and llm.baseline_raw_ms == [] and llm.baseline_ms == 11.0
