@@ -1,33 +1,94 @@
 #!/usr/bin/env bash
-# Regression gate for CI: a quick CPU sweep compared with the committed baseline of this
-# machine class (reports/baselines/<device class>/).
+# Regression gate for CI: quick CPU sweeps of this checkout compared with the committed baseline
+# of this machine class (reports/baselines/<device class>/). Usage: scripts/ci_gate.sh [OUT_DIR]
 #
-# Error gate: strict (--error-tol 0): errors are deterministic for fixed seeds and inputs (two
-# consecutive quick runs here gave identical rel_error on every row). It fails CI, and so do
-# rows that ran in the baseline and now fail or stop running, and unusable input (exit 2).
-# Speed gate: ADVISORY in CI. On this machine class (cpu-avx2-2core, a shared 2-vCPU VM) the
-# speedups of two `--quick` runs of the same commit moved by 22% (median) and up to 2.5x (a
-# CI run at 08:20 on 2026-12-01: custom/llm_int8 d=768 12.4x -> 5.9x, bitsandbytes d=1024
-# 7.5x -> 3.0x), mostly through the emulated bf16 baseline's drift; no tolerance separates
-# that from a real regression, so slower rows are printed (--speed-tol 1.0) but do not fail
-# CI. Use `kernelbench compare` (default 10%) on a quiet machine to gate speed.
+# Rounds. On this project's CI machines (shared 2-vCPU VMs) one `--quick` run is too few
+# samples to gate speed: the machine's speed drifts between runs. The gate runs ROUNDS quick
+# sweeps and pools them (`kernelbench merge`: each round weighs the same, the spread includes the
+# drift between rounds); the committed baseline is made the same way, from more rounds.
+# Each row is timed in alternation with its cell's 16-bit baseline (paired timing, on by
+# default), so its speedup is two medians over the same seconds: a slow stretch of the machine
+# slows both.
+#
+# Error gate, every row, strict (--error-tol 0): errors are deterministic for fixed seeds on one
+# device class. An error regression, or a row that ran in the baseline and now fails or stops
+# running, fails CI; so does unusable input (exit 2).
+# Speed gate, our kernels (backend `custom`): a row fails CI when it is slower by more than
+# SPEED_TOL and more than the two runs' measured spreads combined (compare's noise band). Peer
+# and framework rows (torch, bitsandbytes, torchao) are printed with their speed verdicts but do
+# not fail CI: their speed is not ours to regress.
+# A speed failure is confirmed before it fails CI: ROUNDS more rounds are pooled with the first
+# ones and the gate is applied again; noise rarely repeats, a real slowdown does.
+#
+# TOLERANCE (SPEED_TOL, default 0.30): measured, not guessed. `scripts/gate_noise.py` replays
+# this gate on every draw of disjoint baseline / first / confirming rounds from 10 quick rounds
+# of one commit. On cpu-avx512vnni-2core (paired timing), two sets of 10 rounds: at 0.30 no
+# false failure and a +50% median_ms on one custom llm_int8 row caught in 97.6-98.9% of draws;
+# at 0.20, 0.1-3.8% false failures.
+# The numbers and the command: docs/benchmarks.md ("The gate in this project's CI").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${KB_GATE_OUT:-$(mktemp -d)/quick}"
-kernelbench run --quick --device cpu --out "$out" --no-report
+# The runs record the commit they measured (the installed package cannot know it).
+KERNELBENCH_GIT_COMMIT="${KERNELBENCH_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || true)}"
+export KERNELBENCH_GIT_COMMIT
+out="${1:-$(mktemp -d)/gate}"
+rounds="${KB_GATE_ROUNDS:-3}"
+speed_tol="${KB_GATE_SPEED_TOL:-0.30}"
+mkdir -p "$out"
+
 if ! base=$(kernelbench baseline path --device cpu 2>/dev/null); then
-  echo "no committed baseline for this machine class: gate skipped (run 'kernelbench baseline update $out' on this class)"
+  echo "GATE SKIPPED: no committed baseline for this machine class ($(python3 -c \
+    'import torch; from kernelbench.env import device_class; print(device_class(torch.device("cpu")))'))"
+  echo "(make one: 10 x 'kernelbench run --quick', 'kernelbench merge', 'kernelbench baseline update';"
+  echo " measure its tolerance with scripts/gate_noise.py: docs/benchmarks.md)"
   exit 0
 fi
-echo "gating $out against $base"
+
+sweep() {  # sweep FIRST LAST: quick rounds FIRST..LAST, then pool every round so far
+  for i in $(seq "$1" "$2"); do
+    echo "== quick round $i"
+    kernelbench run --quick --device cpu --out "$out/round$i" --no-report >"$out/round$i.log" 2>&1 \
+      || { tail -20 "$out/round$i.log"; return 1; }
+  done
+  kernelbench merge "$out/merged" $(seq -f "$out/round%g" 1 "$2")
+}
+
+gate_speed() {  # 0: our kernels are not slower; 1: slower rows; 2: unusable input
+  set +e
+  kernelbench compare "$base" "$out/merged" --backend custom --speed-tol "$speed_tol" \
+    --error-tol 0 --format text | tee "$out/gate-custom.txt"
+  local status=${PIPESTATUS[0]}
+  set -e
+  return "$status"
+}
+
+sweep 1 "$rounds"
+echo "gating $out/merged ($rounds rounds) against $base"
+
+echo "== every row: error gate strict, speed advisory outside backend custom"
 set +e
-kernelbench compare "$base" "$out" --speed-tol 1.0 --error-tol 0 --format text | tee "$out.gate.txt"
+kernelbench compare "$base" "$out/merged" --speed-tol "$speed_tol" --error-tol 0 --format text \
+  | tee "$out/gate-all.txt"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -eq 2 ]; then exit 2; fi
-if grep -qE '^(error-worse|failed) ' "$out.gate.txt"; then
-  echo "gate: error regression or a row that no longer runs"
+if grep -qE '^(error-worse|failed) ' "$out/gate-all.txt"; then
+  echo "gate: FAILED: an error regression or a row that no longer runs (above)"
   exit 1
 fi
-if [ "$status" -eq 1 ]; then echo "gate: slower rows above are advisory on this machine class"; fi
-exit 0
+
+echo "== backend custom: speed gate (tolerance $speed_tol beyond the noise band)"
+status=0
+gate_speed || status=$?
+if [ "$status" -eq 1 ]; then
+  echo "== slower rows: confirming with $rounds more rounds pooled with the first $rounds"
+  sweep $((rounds + 1)) $((2 * rounds))
+  status=0
+  gate_speed || status=$?
+fi
+case "$status" in
+  0) echo "gate: passed" ;;
+  1) echo "gate: FAILED: custom rows slower than the baseline in $((2 * rounds)) pooled rounds" ;;
+  *) echo "gate: unusable input" ;;
+esac
+exit "$status"
