@@ -161,8 +161,7 @@ def time_cuda(
     fn: Callable[[], object], settings: TimerSettings, device: torch.device, warmed_s: float = 0.0
 ) -> Measurement:
     """Device-event timing with L2 flush outside the timed region (UNVERIFIED on a GPU)."""
-    flush = L2Flusher(device)
-    stream = torch.cuda.current_stream(device)
+    timed = _call_timer(device)
     call = fn
     if settings.cuda_graph:
         fn()  # warm-up outside capture (allocations, autotuning)
@@ -178,14 +177,7 @@ def time_cuda(
     throttled = 0
     first_clock: float | None = None
     while not criterion.done():
-        flush()
-        begin = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        begin.record(stream)
-        call()
-        end.record(stream)
-        end.synchronize()
-        criterion.add(begin.elapsed_time(end))
+        criterion.add(timed(call))
         clock = _sm_clock_mhz(device)
         if clock is not None:
             clocks.append(clock)
