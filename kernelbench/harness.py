@@ -64,7 +64,7 @@ class RunOptions:
     max_call_s: float = 30.0
     error_rows: int = 512
     activations: Path | None = None
-    #: Also time each row in alternation with the cell's 16-bit baseline (``paired_speedup``).
+    #: Time each row in alternation with the cell's 16-bit baseline (``ResultRow.paired``).
     paired: bool = True
 
 
