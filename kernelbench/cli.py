@@ -172,6 +172,7 @@ def run(
         {
             "seed": the_case.seed,
             "timer": vars(timer) | {},
+            "paired": opts.paired,
             "max_call_s": opts.max_call_s,
             "error_rows": opts.error_rows,
             "quant": vars(opts.cfg) | {},

@@ -181,6 +181,24 @@ def test_paired_timing_holds_the_ratio_while_the_machine_speed_swings():
     assert stats(paired.ratios).rel_spread < stats(paired.row_ms).rel_spread
 
 
+def test_pairing_is_decided_on_a_warm_call_when_the_first_one_was_slow():
+    from kernelbench.harness import BASELINE, _pair_seconds
+
+    calls = []
+    settings = TimerSettings(budget_s=0.5, min_samples=3)
+    times = {BASELINE: 10.0}  # ms
+    cpu = torch.device("cpu")
+    fast = lambda: calls.append(1)  # noqa: E731
+    # a first call with one-off costs (0.3 s): one warm call decides, and it is fast
+    assert _pair_seconds(fast, 0.3, times, object(), settings, cpu) < 0.5 / 3
+    assert len(calls) == 1
+    # a first call that fits, or one longer than the whole budget: no extra call
+    assert _pair_seconds(fast, 0.01, times, object(), settings, cpu) == pytest.approx(0.02)
+    assert _pair_seconds(fast, 0.9, times, object(), settings, cpu) == pytest.approx(0.91)
+    assert _pair_seconds(fast, 0.01, times, None, settings, cpu) == float("inf")
+    assert len(calls) == 1
+
+
 # --- the pipeline ------------------------------------------------------------------------------
 
 
@@ -314,6 +332,7 @@ def test_cli_run_show_and_resume(tmp_path):
     assert "Speedup over 16-bit" in result.output
     env = json.loads((out / "env.json").read_text())
     assert env["device_class"].startswith("cpu-") and env["torch"] == torch.__version__
+    assert env["paired"] is True  # the default: rows timed in alternation with the baseline
     n_rows = len(read_rows(out / "results.jsonl"))
     assert n_rows == 4
     again = runner.invoke(app, [*args, "--resume"])
