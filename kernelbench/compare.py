@@ -435,20 +435,35 @@ def _summary(c: Comparison) -> str:
     return f"{state}: {len(c.rows)} rows: {counts}"
 
 
+def _skipped_in_both(r: RowComparison) -> bool:
+    return r.verdict == "unknown" and r.detail.startswith("base skipped, new skipped")
+
+
+def _shown(c: Comparison) -> tuple[list[RowComparison], list[str]]:
+    """The rows the text and markdown tables list, and notes: rows skipped in both runs (a
+    backend that does not implement a method, a CUDA backend on a CPU run: most rows of a CPU
+    sweep) are counted, not listed; JSON lists every row."""
+    shown = [r for r in c.rows if not _skipped_in_both(r)]
+    hidden = len(c.rows) - len(shown)
+    notes = [f"{hidden} rows skipped in both runs are not listed (--format json lists them)"]
+    return shown, c.notes + (notes if hidden else [])
+
+
 def _text(c: Comparison) -> str:
     head = [
         f"base: {c.base}",
         f"new:  {c.new}",
         f"speed_tol {c.speed_tol:.0%}, error_tol {c.error_tol:g} (+{ERROR_EPS:g} abs)",
     ]
-    table = [_HEADER] + [_cells(r) for r in c.rows]
+    rows, notes = _shown(c)
+    table = [_HEADER] + [_cells(r) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(_HEADER))]
     body = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in table
     ]
-    notes = [f"note: {n}" for n in c.notes]
-    return "\n".join(head + ([""] + body if c.rows else []) + [""] + notes + [_summary(c)]) + "\n"
+    notes = [f"note: {n}" for n in notes]
+    return "\n".join(head + ([""] + body if rows else []) + [""] + notes + [_summary(c)]) + "\n"
 
 
 def _markdown(c: Comparison) -> str:
@@ -456,9 +471,10 @@ def _markdown(c: Comparison) -> str:
         return "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
 
     out = [f"### kernelbench compare: {_summary(c)}", "", f"base `{c.base}` · new `{c.new}`", ""]
-    if c.rows:
-        out += [md(_HEADER), "|" + "---|" * len(_HEADER)] + [md(_cells(r)) for r in c.rows] + [""]
-    out += [f"- {n}" for n in c.notes]
+    rows, notes = _shown(c)
+    if rows:
+        out += [md(_HEADER), "|" + "---|" * len(_HEADER)] + [md(_cells(r)) for r in rows] + [""]
+    out += [f"- {n}" for n in notes]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -300,6 +300,17 @@ def test_already_failing_or_skipped_rows_are_unknown(tmp_path: Path):
     assert by_method(cmp)["llm_int8"].verdict == "unknown"
     assert by_method(cmp)["vectorwise"].verdict == "unknown"  # budget skips depend on timing
     assert cmp.exit_code == 0
+    # rows skipped in both runs are counted in the text and markdown tables, listed in JSON
+    skip = {"status": "skipped", "reason": "backend 'custom' does not implement 'vectorwise'"}
+    both = compare_runs(
+        write_run(tmp_path / "b2", standard_rows(vectorwise=skip)),
+        write_run(tmp_path / "n2", standard_rows(vectorwise=skip)),
+    )
+    for fmt in ("text", "markdown"):
+        out = render(both, fmt)
+        assert "custom/vectorwise" not in out and "1 rows skipped in both runs" in out, out
+        assert "custom/llm_int8" in out
+    assert len(json.loads(render(both, "json"))["rows"]) == 3
 
 
 def test_a_row_that_stopped_running_is_a_regression(base: Path, tmp_path: Path):
