@@ -129,10 +129,10 @@ const auto kKernels2 = kernel_row<2>(std::make_index_sequence<kMR>{});
 
 // 128 * (column sums of one panel block), as vpdpbusd of 0x80 bytes with the block.
 inline __m512i column_sums_x128(const int8_t* panel_block, int64_t nq, bool half, __m512i idx) {
-  const __m512i ones = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i s = _mm512_setzero_si512();
-  for (int64_t q = 0; q < nq; ++q) dpbusd(s, ones, load_quad(panel_block, q, false, idx));
-  if (half) dpbusd(s, ones, load_quad(panel_block, nq, true, idx));
+  for (int64_t q = 0; q < nq; ++q) dpbusd(s, x80, load_quad(panel_block, q, false, idx));
+  if (half) dpbusd(s, x80, load_quad(panel_block, nq, true, idx));
   return s;
 }
 
