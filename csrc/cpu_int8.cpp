@@ -244,9 +244,7 @@ DType to_dtype(int code) {
 PYBIND11_MODULE(_cpu, m) {
   m.doc() = "kernelbench CPU int8 kernels (raw pointers; validated by kernelbench.cpu_ext)";
   m.def("isa", [] { return g_isa; }, "Kernel set in use: 'avx512vnni', 'avx2' or 'scalar'.");
-  m.def("best_isa", &best_isa, "The fastest kernel set this CPU runs (the default).");
   m.def("cpu_has_avx2", &cpu_has_avx2);
-  m.def("cpu_has_avx512vnni", &cpu_has_avx512vnni);
   m.def(
       "set_isa",
       [](const std::string& isa) {

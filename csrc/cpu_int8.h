@@ -1,6 +1,6 @@
 // Shared declarations of the CPU int8 kernels (scalar reference in cpu_int8.cpp, AVX2 in
-// cpu_int8_avx2.cpp, the AVX512-VNNI GEMM in cpu_int8_avx512.cpp). Pointers are raw; the Python wrapper (kernelbench/cpu_ext.py) validates
-// shapes, dtypes, contiguity and devices before any call.
+// cpu_int8_avx2.cpp, the AVX512-VNNI GEMM in cpu_int8_avx512.cpp). Pointers are raw; the Python
+// wrapper (kernelbench/cpu_ext.py) validates shapes, dtypes, contiguity and devices first.
 #pragma once
 #include <cstddef>
 #include <cstdint>

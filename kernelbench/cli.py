@@ -99,7 +99,7 @@ def run(
     threads: int = typer.Option(None, help="CPU threads (default: torch's default)"),
     budget: float = typer.Option(None, help="Seconds of timed samples per row"),
     paired: bool = typer.Option(
-        True, help="Also time each row alternated with the 16-bit baseline (paired_speedup)"
+        True, help="Time each row in alternation with the 16-bit baseline (see docs)"
     ),
     max_call: float = typer.Option(None, help="Skip rows whose one call is estimated above this"),
     alpha: float = typer.Option(6.0, help="Outlier threshold (0 = no decomposition)"),

@@ -206,29 +206,22 @@ def _label(row: dict) -> str:
     )
 
 
-def _spread(row: dict | None) -> float | None:
-    """The row's measured noise: ``rel_spread / sqrt(rounds)``; ``None`` when it was not
-    measured: no row, not ok, no ``rel_spread``, or fewer than :data:`MIN_SPREAD_SAMPLES`
-    samples (one sample has IQR 0).
+def _spread(row: dict | None, field: str = "rel_spread") -> float | None:
+    """The row's measured noise: ``row[field] / sqrt(rounds)``; ``None`` when it was not
+    measured: no row, not ok, no ``field``, or fewer than :data:`MIN_SPREAD_SAMPLES` samples (one
+    sample has IQR 0). ``field`` is ``paired_rel_spread`` for a paired row's ``speedup``: the
+    spread of its pairs' ratios (both times of a pair saw the same machine).
 
     ``rounds`` > 1 for a row pooled from several runs (``kernelbench merge``): its spread then
     spans the drift between runs, which are independent draws of the machine's state, and the
     pooled median's uncertainty shrinks as ``1 / sqrt(rounds)`` of that spread (standard error of
     a median of R draws ~ 0.93 * IQR / sqrt(R)). Samples within one run are not independent (the
     drift is slow), so a single run's spread is never divided."""
-    if row is None or row["status"] != "ok" or row.get("rel_spread") is None:
+    if row is None or row["status"] != "ok" or row.get(field) is None:
         return None
     if row.get("samples", 0) < MIN_SPREAD_SAMPLES:
         return None
-    return row["rel_spread"] / math.sqrt(max(1, int(row.get("rounds") or 1)))
-
-
-def _paired_spread(row: dict) -> float | None:
-    """A paired row's noise on its ``speedup``: the spread of its pairs' ratios (both times of a
-    pair saw the same machine), ``/ sqrt(rounds)`` as in :func:`_spread`."""
-    if row.get("paired_rel_spread") is None or row.get("samples", 0) < MIN_SPREAD_SAMPLES:
-        return None
-    return row["paired_rel_spread"] / math.sqrt(max(1, int(row.get("rounds") or 1)))
+    return row[field] / math.sqrt(max(1, int(row.get("rounds") or 1)))
 
 
 def _run_noise(run: LoadedRun, row: dict, via_speedup: bool) -> list[float | None]:
@@ -236,7 +229,7 @@ def _run_noise(run: LoadedRun, row: dict, via_speedup: bool) -> list[float | Non
     ratios; else the row's own spread, and for a ``speedup`` ratio that of the run's 16-bit
     baseline row of the same cell (unless the row is that baseline)."""
     if via_speedup and row.get("paired"):
-        return [_paired_spread(row)]
+        return [_spread(row, "paired_rel_spread")]
     if not via_speedup or (row["backend"], row["method"]) == (BASELINE_BACKEND, BASELINE_METHOD):
         return [_spread(row)]
     swap = {"backend": BASELINE_BACKEND, "method": BASELINE_METHOD}

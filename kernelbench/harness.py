@@ -267,11 +267,7 @@ def _measure_row(
     runner: Runner = backend.runner(
         method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
     )
-    t0 = time.perf_counter()
-    y = runner.run()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    first_call_s = time.perf_counter() - t0  # a warm-up too: the timer does not repeat it
+    y, first_call_s = _timed_call(runner.run, device)  # a warm-up too: not repeated
     if runner.returns_int32:
         # int8_raw: the exact integer product of the same operands (float64 is exact here).
         a, b = runner.operands
@@ -327,11 +323,16 @@ def _pair_seconds(call, first_call_s, times, baseline_fn, timer, device) -> floa
     fits = (first_call_s + base_s) * timer.min_samples <= timer.budget_s
     if fits or first_call_s >= timer.budget_s:
         return first_call_s + base_s
+    return _timed_call(call, device)[1] + base_s
+
+
+def _timed_call(call, device: torch.device) -> tuple[object, float]:
+    """``call()``'s result and its wall time in seconds, the device synchronised."""
     t0 = time.perf_counter()
-    call()
+    result = call()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return time.perf_counter() - t0 + base_s
+    return result, time.perf_counter() - t0
 
 
 def _fill_relative(row: ResultRow, times, baseline_error, ops: float) -> None:
