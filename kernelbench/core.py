@@ -1,0 +1,93 @@
+"""Domain facts every part of kernelbench shares, free of torch and of any backend.
+
+Methods, stages, the baseline a speedup divides by, the kinds of a skipped row and the work a
+row declares (flops, bytes) live here once; readers, tables, reports and the CI gate import
+them from here, so none of them needs torch to print a number.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+#: The methods, i.e. the rows of the paper's Table 5 (App. D.1) plus ``fp32``, in the paper's
+#: order. Tables list methods in this order.
+METHODS: tuple[str, ...] = (
+    "fp32",
+    "fp16",
+    "int8_raw",
+    "absmax_torch",
+    "vectorwise_torch",
+    "vectorwise",
+    "llm_int8",
+)
+
+#: The paper's wording of each method (App. D.1 Table 5).
+METHOD_LABELS: dict[str, str] = {
+    "fp32": "32-bit (not in the paper's table)",
+    "fp16": "16-bit baseline",
+    "int8_raw": "Int8 matmul, no quantization overhead",
+    "absmax_torch": "Absmax PyTorch + NVIDIA",
+    "vectorwise_torch": "Vector-wise PyTorch + NVIDIA",
+    "vectorwise": "Vector-wise",
+    "llm_int8": "LLM.int8() (vector-wise + decomp)",
+}
+
+#: Methods built from a backend's own int8 stages (any int8 backend can run these).
+INT8_STAGE_METHODS: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
+
+#: Within one backend and cell each method does strictly more work than the one before it:
+#: the int8 product alone; plus quantize and dequantize; plus outlier detection and the 16-bit
+#: outlier product. A row measured faster than its predecessor beyond the intervals is suspect.
+WORK_ORDER: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
+
+#: The stage names a runner may expose for per-stage timing.
+STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_product")
+
+#: The (backend, method) every speedup divides by: the device's 16-bit baseline (fp16 on CUDA,
+#: bf16 on CPU).
+BASELINE: tuple[str, str] = ("torch", "fp16")
+#: The 32-bit reference, shown as absolute time (never as an unpaired speedup).
+FP32: tuple[str, str] = ("torch", "fp32")
+
+
+class SkipKind(str, Enum):
+    """Why a row was not measured; stored in the row's ``skip_kind`` (``None`` unless skipped).
+
+    ``unsupported``: the backend, method, shape or device cannot run here (re-running will not
+    change that). ``over_budget``: one call was estimated above ``--max-call`` (a larger budget
+    may measure it; ``--resume`` tries it again). ``not_run``: the row's baseline or an earlier
+    stage of the run was missing (e.g. an executor could not start)."""
+
+    UNSUPPORTED = "unsupported"
+    OVER_BUDGET = "over_budget"
+    NOT_RUN = "not_run"
+
+
+def precision_class(method: str) -> str:
+    """Which compute peak bounds ``method``: ``fp32``, ``16bit`` or ``int8``."""
+    return {"fp16": "16bit", "fp32": "fp32"}.get(method, "int8")
+
+
+def work_flops(m: int, k: int, n: int) -> float:
+    """Arithmetic of one (m, k) x (k, n) product: one multiply and one add per term."""
+    return 2.0 * m * k * n
+
+
+#: Bytes per element of the operands as each precision class reads and writes them.
+_ELEMENT_BYTES = {"fp32": (4, 4, 4), "16bit": (2, 2, 2), "int8": (2, 1, 2)}
+
+
+def work_bytes(method: str, m: int, k: int, n: int) -> float:
+    """The least memory traffic of one call: activations read once, weights read once, output
+    written once. int8 methods read 16-bit activations (they quantize them) and int8 weights
+    and write 16-bit outputs; ``int8_raw`` reads int8 activations and writes int32."""
+    if method == "int8_raw":
+        return float(m * k + k * n + 4 * m * n)
+    act, weight, out = _ELEMENT_BYTES[precision_class(method)]
+    return float(act * m * k + weight * k * n + out * m * n)
+
+
+def roofline_ops(flops: float, nbytes: float, peak_ops: float, bandwidth: float) -> float:
+    """The attainable ops/s of a row: its precision's compute peak, or bandwidth times its
+    arithmetic intensity when that is lower (the roofline model)."""
+    return min(peak_ops, bandwidth * flops / nbytes) if nbytes > 0 else peak_ops
