@@ -48,7 +48,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kernelbench.results import ENV_FILE, KEY_COLUMNS, RESULTS_FILE, SCHEMA_VERSION, SchemaError
+from kernelbench.results import (
+    ENV_FILE,
+    KEY_COLUMNS,
+    READABLE_OLD_VERSIONS,
+    RESULTS_FILE,
+    SCHEMA_VERSION,
+    SchemaError,
+)
 from kernelbench.results import read_rows as _read_rows
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
@@ -190,7 +197,7 @@ def load_run(path: Path) -> LoadedRun:
         if not isinstance(env, dict):
             raise SchemaError(f"{env_path}: not a JSON object")
         version = env.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and version not in READABLE_OLD_VERSIONS:
             raise SchemaError(f"{env_path}: schema_version {version!r} is not {SCHEMA_VERSION}")
     return LoadedRun(results, keyed, env, len(rows) - len(keyed))
 

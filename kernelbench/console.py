@@ -67,8 +67,6 @@ def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
         console.print(
             _grid(cell, f"Speedup over 16-bit ({head}); (paper App. D.1)", "speedup", ".2f", True)
         )
-        if cell["speedup_fp32"].notna().any():
-            console.print(_grid(cell, f"Speedup over fp32 ({head})", "speedup_fp32", ".2f", False))
         console.print(
             _grid(cell, f"Relative Frobenius error vs float64 ({head})", "rel_error", ".2e", False)
         )

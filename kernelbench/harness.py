@@ -340,10 +340,8 @@ def _fill_relative(row: ResultRow, times, baseline_error, ops: float) -> None:
         return
     # A paired row's baseline is the 16-bit baseline's median over the row's own pairs.
     base = stats(row.baseline_raw_ms).median_ms if row.paired else times.get(BASELINE)
-    fp32 = times.get(FP32)
     row.baseline_ms = base
     row.speedup = base / row.median_ms if base else None
-    row.speedup_fp32 = fp32 / row.median_ms if fp32 else None
     row.tops = ops / (row.median_ms / 1e3) / 1e12
     row.baseline_rel_error = baseline_error
 

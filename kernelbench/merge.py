@@ -10,7 +10,7 @@ what :mod:`kernelbench.compare` needs for its noise band.
 Per key (:data:`~kernelbench.results.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` are concatenated and
 the statistics recomputed with each round weighing the same (a round whose calls converged after 5
 samples counts as much as one that took 45); stage times are the median of the rounds' stage times;
-``baseline_ms``, ``speedup``, ``speedup_fp32`` and ``tops`` are recomputed from the pooled medians
+``baseline_ms``, ``speedup`` and ``tops`` are recomputed from the pooled medians
 of the same cell, except that a paired row (timed in alternation with its baseline,
 :func:`kernelbench.timing.time_paired`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
 takes ``baseline_ms`` from those. Errors are deterministic for fixed seeds; should the rounds
@@ -148,12 +148,10 @@ def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:
         cell = _cell(key)
         same_cell = [k for k in medians if _cell(k) == cell]
         base = next((medians[k] for k in same_cell if _pair(k) == BASELINE), None)
-        fp32 = next((medians[k] for k in same_cell if _pair(k) == FP32), None)
         if row.paired:  # its own baseline calls, pooled over the rounds in _pool
             base = row.baseline_ms
         row.baseline_ms = base
         row.speedup = base / row.median_ms if base else None
-        row.speedup_fp32 = fp32 / row.median_ms if fp32 else None
         row.tops = 2.0 * row.m * row.k * row.n / (row.median_ms / 1e3) / 1e12
     envs = [load_env(p if p.is_dir() else p.parent) for p in paths]
     env = dict(envs[0])

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
 
@@ -45,6 +45,8 @@ class ResultRow:
     dtype: str  # the layer's 16-bit dtype
     status: str = "ok"  # "ok" | "skipped" | "failed"
     reason: str = ""
+    skip_kind: str | None = None  # a core.SkipKind value when status == "skipped"
+    round: int = 0  # which round of the run measured this row (a run visits its cells R times)
     # timing (milliseconds)
     median_ms: float | None = None
     iqr_ms: float | None = None
@@ -62,21 +64,26 @@ class ResultRow:
     # speed relative to the same run's baselines on the same inputs
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)
     # (when `paired`: its median in this row's pairs; otherwise the cell's baseline row)
-    speedup: float | None = None  # baseline_ms / median_ms
-    speedup_fp32: float | None = None  # fp32 time / median_ms
+    speedup: float | None = None  # median of the pairs' baseline / row ratios (paired rows)
+    # 95% bootstrap confidence interval of ``speedup`` (over the pairs; None: fewer than 2 pairs)
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
     # paired timing (timing.time_paired): the row's calls alternated with the 16-bit baseline's,
     # so baseline_ms is the baseline's median over the same seconds as the row's median_ms
     paired: bool = False
     baseline_raw_ms: list[float] = field(default_factory=list)  # aligned with raw_ms
     paired_speedup: float | None = None  # median of the pairs' baseline / row ratios
     paired_rel_spread: float | None = None  # IQR / median of those ratios
-    tops: float | None = None  # 2*m*k*n / median, in 1e12 ops per second
+    tops: float | None = None  # flops / median, in 1e12 ops per second
+    flops: float | None = None  # declared work of one call (core.work_flops)
+    bytes: float | None = None  # declared least memory traffic of one call (core.work_bytes)
     paper_speedup: float | None = None  # the paper's App. D.1 figure for this cell, if any
     # accuracy against the float64 oracle
     rel_error: float | None = None  # relative Frobenius error
     max_abs_error: float | None = None
     baseline_rel_error: float | None = None  # the 16-bit baseline's error on the same inputs
-    outlier_cols: int | None = None
+    outlier_cols: int | None = None  # outlier columns the backend detected
+    planted_outlier_cols: int | None = None  # outlier columns the input generator planted
     # memory
     weight_bytes: int | None = None
     weight_bytes_16bit: int | None = None
@@ -97,6 +104,23 @@ def _jsonable(obj: Any):
     if hasattr(obj, "item"):
         return obj.item()
     raise TypeError(f"not JSON serialisable: {type(obj)}")
+
+
+#: Older schema versions this code reads, upgraded row by row by :func:`upgrade_row`.
+READABLE_OLD_VERSIONS = (1,)
+
+
+def upgrade_row(row: dict) -> dict:
+    """A schema-1 row as a schema-2 row: the unpaired ``speedup_fp32`` is dropped (fp32 is shown
+    as absolute time only), the skip kind is read from the reason once, here, and the fields
+    schema 2 added are absent (``None``): an old run has no intervals."""
+    row = dict(row)
+    row.pop("speedup_fp32", None)
+    if row.get("status") == "skipped" and "skip_kind" not in row:
+        over = str(row.get("reason", "")).startswith("over budget")
+        row["skip_kind"] = "over_budget" if over else "unsupported"
+    row["schema_version"] = SCHEMA_VERSION
+    return row
 
 
 class SchemaError(ValueError):
@@ -149,6 +173,9 @@ def read_rows(path: Path) -> list[dict]:
                 continue
             raise SchemaError(f"{path}:{i}: not JSON ({exc.msg})") from None
         version = row.get("schema_version") if isinstance(row, dict) else None
+        if version in READABLE_OLD_VERSIONS:
+            row = upgrade_row(row)
+            version = row["schema_version"]
         if version != SCHEMA_VERSION:
             raise SchemaError(f"{path}:{i}: schema_version {version!r} is not {SCHEMA_VERSION}")
         missing = [c for c in (*KEY_COLUMNS, "status") if c not in row]

@@ -369,7 +369,7 @@ UNUSABLE = {
     "empty": (lambda: "", "empty"),
     "blank lines": (lambda: "\n\n  \n", "empty"),
     "schema mismatch": (
-        lambda: _good_lines().replace('"schema_version": 1', '"schema_version": 2'),
+        lambda: _good_lines().replace('"schema_version": 2', '"schema_version": 99'),
         "schema_version",
     ),
     "missing key field": (lambda: json.dumps({"schema_version": 1, "case": "gpt3"}), "missing"),
