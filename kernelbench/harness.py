@@ -19,26 +19,25 @@ goes on.
 from __future__ import annotations
 
 import datetime as dt
-import math
+import random
 import socket
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from kernelbench import oracle
-from kernelbench.backends import METHODS, all_backends
+from kernelbench.backends import all_backends
 from kernelbench.backends.base import Runner, sixteen_bit_dtype
 from kernelbench.cases import Case, Size, load_activation_file, make_inputs
+from kernelbench.core import BASELINE, FP32, METHODS, SkipKind, work_bytes, work_flops
 from kernelbench.env import device_class
+from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings
 from kernelbench.quant import QuantConfig, outlier_columns
 from kernelbench.results import ResultRow
-from kernelbench.timing import Measurement, TimerSettings, stats, time_fn, time_paired
+from kernelbench.statistics import median_interval, stats
 
-BASELINE = ("torch", "fp16")
-FP32 = ("torch", "fp32")
 #: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
 #: needs them, and on CPUs without native bf16 the 16-bit baseline is the slowest row.
 BASELINE_CALL_FACTOR = 3.0
@@ -57,15 +56,18 @@ class RunOptions:
     cfg: QuantConfig = field(default_factory=QuantConfig)
     timer: TimerSettings = field(default_factory=TimerSettings)
     stage_timer: TimerSettings = field(
-        default_factory=lambda: TimerSettings(
-            budget_s=0.5, warmup_s=0.0, min_samples=1, noise_window=3
-        )
+        default_factory=lambda: TimerSettings(budget_s=0.3, warmup_s=0.0, min_samples=1)
     )
     max_call_s: float = 30.0
     error_rows: int = 512
     activations: Path | None = None
-    #: Time each row in alternation with the cell's 16-bit baseline (``ResultRow.paired``).
-    paired: bool = True
+    #: The sweep visits its cells this many times (round 0 in size order, later rounds each in
+    #: a fresh shuffled order); a row's pairs are pooled over the rounds.
+    rounds: int = 3
+    #: A pooled speedup whose 95% interval is wider than this (half-width, relative) is "wide":
+    #: the run measures its cell again while ``extra_rounds`` last, then says so.
+    ci_target: float = 0.05
+    extra_rounds: int = 2
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,15 @@ class WorkItem:
     layer: str
     tokens: int
     dist: str
+    round: int = 0
+    #: Measure only these (backend, method) pairs (and the baseline they pair with); ``None``:
+    #: all of the run's pairs. Extra rounds for wide or suspect rows use it.
+    only: frozenset[tuple[str, str]] | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.size.name} d={self.size.d_model} {self.layer} tokens={self.tokens}"
+        text = f"{self.size.name} d={self.size.d_model} {self.layer} tokens={self.tokens}"
+        return f"{text} round {self.round}" if self.round else text
 
 
 def resolve_device(device: str) -> torch.device:
@@ -100,7 +107,14 @@ def plan(case: Case, opts: RunOptions) -> list[WorkItem]:
     dist = opts.dist or case.default_dist
     if opts.activations is not None:
         dist = f"file:{Path(opts.activations).name}"
-    return [WorkItem(s, layer, t, dist) for t in tokens for s in sizes]
+    cells = [(s, t) for t in tokens for s in sizes]
+    items = []
+    for r in range(opts.rounds):
+        order = list(cells)
+        if r:  # round 0 goes up in size, so that every call-time estimate comes from below
+            random.Random(case.seed + r).shuffle(order)
+        items += [WorkItem(s, layer, t, dist, round=r) for s, t in order]
+    return items
 
 
 def method_pairs(opts: RunOptions) -> list[tuple[str, str]]:
@@ -185,165 +199,178 @@ def measure_cell(
     done: set[tuple] | None = None,
     activations: torch.Tensor | None = None,
 ) -> Iterator[ResultRow]:
-    """Measure every (backend, method) pair on one cell; yields rows as they are measured."""
+    """Measure every (backend, method) pair on one cell in one round; yields rows as measured.
+
+    Accuracy (against the float64 oracle) and stage times are measured in round 0 only: they
+    do not change between rounds, and the oracle is the costliest part of a large cell."""
     device = resolve_device(opts.device)
     dclass = device_class(device)
     dtype = sixteen_bit_dtype(device)
     k, n = case.shape(item.layer, item.size.d_model)
     m = item.tokens
-    ops = 2.0 * m * k * n
+    flops = work_flops(m, k, n)
     pairs = method_pairs(opts)
+    if item.only is not None:
+        pairs = [p for p in pairs if p in item.only or p == BASELINE]
     done = done or set()
 
-    todo = [
-        (b, mt) for b, mt in pairs if base_row(item, case, b, mt, device, dclass).key() not in done
-    ]
+    def pending(b: str, mt: str) -> bool:
+        row = base_row(item, case, b, mt, device, dclass)
+        return (row.key(), item.round) not in done
+
+    todo = [(b, mt) for b, mt in pairs if pending(b, mt)]
     if not todo:
         return
+    if BASELINE in pairs and BASELINE not in todo:
+        todo.insert(0, BASELINE)  # the later rows pair with it: time it again, do not write it
     inputs = make_inputs(case, item.size, item.layer, m, item.dist, dtype, device, activations)
-    rows_idx = _error_rows(m, opts.error_rows, inputs.seed)
-    x_sub = inputs.x[rows_idx.to(device)]
-    reference = oracle.exact(x_sub, inputs.weight, inputs.bias)
+    check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
-    times: dict[tuple[str, str], float] = {}
-    baseline_error: float | None = None
-    baseline_fn = None  # the 16-bit baseline's call, kept for the paired timing of later rows
+    engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
+    cell = _Cell(times={}, baseline_error=None, baseline_fn=None)
 
     for backend_name, method in todo:
         row = base_row(item, case, backend_name, method, device, dclass)
-        row.seed = inputs.seed
-        backend = all_backends()[backend_name]
-        avail = backend.supports(method, device, dtype, m, k, n)
-        if not avail:
-            row.status, row.reason = "skipped", avail.reason
-            yield _stamp(row)
-            continue
-        est = estimator.estimate((backend_name, method), ops)
-        cap = opts.max_call_s * (
-            BASELINE_CALL_FACTOR if (backend_name, method) in (BASELINE, FP32) else 1.0
-        )
-        if est is not None and est[0] > cap:
-            row.status = "skipped"
-            row.reason = (
-                f"over budget: one call estimated at {est[0]:.0f} s (from this run's "
-                f"d={est[1]} cell) > {cap:g} s (max_call_s)"
-            )
+        row.seed, row.round = inputs.seed, item.round
+        row.planted_outlier_cols = inputs.planted_outliers
+        row.flops, row.bytes = flops, work_bytes(method, m, k, n)
+        skip = _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator)
+        if skip is not None:
+            row.status, (row.skip_kind, row.reason) = "skipped", skip
             yield _stamp(row)
             continue
         try:
-            call = _measure_row(
+            _measure_row(
                 row,
-                backend,
-                method,
+                all_backends()[backend_name],
                 inputs,
                 opts,
-                device,
+                engine,
+                check,
+                cell,
                 kept_rows,
-                rows_idx,
-                reference,
-                times,
-                baseline_fn,
+                device,
             )
-            estimator.record((backend_name, method), ops, row.median_ms / 1e3, item.size.d_model)
-            times[(backend_name, method)] = row.median_ms
-            if (backend_name, method) == BASELINE:
-                baseline_error = row.rel_error
-                baseline_fn = call if opts.paired else None
+            estimator.record((backend_name, method), flops, row.median_ms / 1e3, item.size.d_model)
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             row.status = "failed"
             row.reason = f"{type(exc).__name__}: {exc}"[:500]
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        _fill_relative(row, times, baseline_error, ops)
+        if (backend_name, method) == BASELINE and not pending(*BASELINE):
+            continue
         yield _stamp(row)
 
 
-def _measure_row(
-    row, backend, method, inputs, opts, device, kept_rows, rows_idx, reference, times, baseline_fn
-):
-    """Fill ``row`` with the method's accuracy and times; returns the timed call."""
+def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator):
+    """(skip kind, reason) when the row is not to be measured, else ``None``."""
+    avail = all_backends()[backend_name].supports(method, device, dtype, m, k, n)
+    if not avail:
+        return SkipKind.UNSUPPORTED.value, avail.reason
+    est = estimator.estimate((backend_name, method), flops)
+    cap = opts.max_call_s * (
+        BASELINE_CALL_FACTOR if (backend_name, method) in (BASELINE, FP32) else 1.0
+    )
+    if est is not None and est[0] > cap:
+        return SkipKind.OVER_BUDGET.value, (
+            f"one call estimated at {est[0]:.0f} s (from this run's d={est[1]} cell) "
+            f"> {cap:g} s (max_call_s)"
+        )
+    return None
+
+
+@dataclass
+class _Cell:
+    """What the rows of one cell share while it is measured."""
+
+    times: dict[tuple[str, str], float]  # median ms of each measured (backend, method)
+    baseline_error: float | None
+    baseline_fn: Callable[[], object] | None  # the 16-bit baseline's call, to pair with
+
+
+class _AccuracyCheck:
+    """The float64 oracle on up to ``error_rows`` output rows of the cell."""
+
+    def __init__(self, inputs, opts: RunOptions, device: torch.device) -> None:
+        self.rows_idx = _error_rows(inputs.x.shape[0], opts.error_rows, inputs.seed)
+        x_sub = inputs.x[self.rows_idx.to(device)]
+        self.reference = oracle.exact(x_sub, inputs.weight, inputs.bias)
+
+    def errors(self, runner: Runner, y: torch.Tensor) -> tuple[float, float]:
+        """(relative Frobenius error, max abs error) of the runner's output ``y``."""
+        if runner.returns_int32:
+            # int8_raw: the exact integer product of the same operands (float64 is exact here).
+            a, b = runner.operands
+            ref = a[self.rows_idx.to(a.device)].double() @ b.double().T
+        else:
+            ref = self.reference
+        got = y[self.rows_idx.to(y.device)].cpu()
+        return oracle.rel_frobenius(got, ref.cpu()), oracle.max_abs_error(got, ref.cpu())
+
+
+def _measure_row(row, backend, inputs, opts, engine, check, cell: _Cell, kept_rows, device):
+    """Fill ``row`` with the method's accuracy (round 0) and its measurement."""
+    method = row.method
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     runner: Runner = backend.runner(
         method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
     )
-    y, first_call_s = _timed_call(runner.run, device)  # a warm-up too: not repeated
-    if runner.returns_int32:
-        # int8_raw: the exact integer product of the same operands (float64 is exact here).
-        a, b = runner.operands
-        ref = a[rows_idx.to(a.device)].double() @ b.double().T
-        got = y[rows_idx.to(y.device)]
-    else:
-        ref, got = reference, y[rows_idx.to(y.device)]
-    row.rel_error = oracle.rel_frobenius(got.cpu(), ref.cpu())
-    row.max_abs_error = oracle.max_abs_error(got.cpu(), ref.cpu())
+    y, first_call_s = engine.first_call(runner.run)
+    if check is not None:
+        row.rel_error, row.max_abs_error = check.errors(runner, y)
     row.outlier_cols = runner.outlier_cols
     row.weight_bytes = runner.weight_bytes
     row.variant, row.compile_s = runner.variant, runner.compile_seconds
     del y
-    pair_s = _pair_seconds(runner.run, first_call_s, times, baseline_fn, opts.timer, device)
-    if pair_s * opts.timer.min_samples <= opts.timer.budget_s:
-        paired = time_paired(runner.run, baseline_fn, opts.timer, device, warmed_s=first_call_s)
-        meas = Measurement(paired.row_ms)
-        row.paired, row.baseline_raw_ms = True, paired.baseline_ms
-        ps = paired.stats
-        row.paired_speedup, row.paired_rel_spread = ps.median_ms, ps.rel_spread
-    else:
-        meas = time_fn(runner.run, opts.timer, device, warmed_s=first_call_s)
-    st = meas.stats
+    is_baseline = (row.backend, row.method) == BASELINE
+    known: dict[str, float] = {}
+    raw_ms = cell.times.get((row.backend, "int8_raw"))
+    if raw_ms is not None and method != "int8_raw":
+        known["int8_matmul"] = raw_ms  # the same GEMM, measured as int8_raw
+    meas = engine.measure(
+        runner.run,
+        first_call_s,
+        baseline=None if is_baseline else cell.baseline_fn,
+        stages=runner.stages if check is not None else None,
+        known_stages_ms=known,
+    )
+    _fill_row(row, meas, cell, is_baseline)
+    if is_baseline:
+        cell.baseline_error = row.rel_error
+        cell.baseline_fn = runner.run
+    if method == "int8_raw" and "int8_matmul" in row.stages_ms:
+        row.stages_ms["int8_matmul"] = row.median_ms
+    cell.times[(row.backend, row.method)] = row.median_ms
+    if device.type == "cuda":
+        row.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
+
+
+def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bool) -> None:
+    st = stats(meas.row_ms)
     row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms = (
         st.median_ms,
         st.iqr_ms,
         st.min_ms,
         st.mean_ms,
     )
-    row.rel_spread, row.samples, row.raw_ms = st.rel_spread, st.samples, meas.samples_ms
+    row.rel_spread, row.samples, row.raw_ms = st.rel_spread, st.samples, list(meas.row_ms)
     row.throttled_samples = meas.throttled
-    raw_key = (row.backend, "int8_raw")
-    for stage, fn in runner.stages.items():
-        if stage == "int8_matmul" and raw_key in times and method != "int8_raw":
-            row.stages_ms[stage] = times[raw_key]  # the same GEMM, measured as int8_raw
-            continue
-        if stage == "int8_matmul" and method == "int8_raw":
-            row.stages_ms[stage] = st.median_ms
-            continue
-        row.stages_ms[stage] = time_fn(fn, opts.stage_timer, device).stats.median_ms
-    if device.type == "cuda":
-        row.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
-    return runner.run
-
-
-def _pair_seconds(call, first_call_s, times, baseline_fn, timer, device) -> float:
-    """One call of the row plus one of the baseline, in seconds (inf: no baseline to pair with).
-    The row's first call may carry one-off costs (allocation, primitive creation): when it alone
-    rules pairing out but is shorter than the budget, one warm call decides instead."""
-    if baseline_fn is None:
-        return math.inf
-    base_s = times[BASELINE] / 1e3
-    fits = (first_call_s + base_s) * timer.min_samples <= timer.budget_s
-    if fits or first_call_s >= timer.budget_s:
-        return first_call_s + base_s
-    return _timed_call(call, device)[1] + base_s
-
-
-def _timed_call(call, device: torch.device) -> tuple[object, float]:
-    """``call()``'s result and its wall time in seconds, the device synchronised."""
-    t0 = time.perf_counter()
-    result = call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return result, time.perf_counter() - t0
-
-
-def _fill_relative(row: ResultRow, times, baseline_error, ops: float) -> None:
-    if row.status != "ok":
-        return
-    # A paired row's baseline is the 16-bit baseline's median over the row's own pairs.
-    base = stats(row.baseline_raw_ms).median_ms if row.paired else times.get(BASELINE)
-    row.baseline_ms = base
-    row.speedup = base / row.median_ms if base else None
-    row.tops = ops / (row.median_ms / 1e3) / 1e12
-    row.baseline_rel_error = baseline_error
+    row.stages_ms = dict(meas.stages_ms)
+    row.tops = row.flops / (row.median_ms / 1e3) / 1e12
+    row.baseline_rel_error = cell.baseline_error
+    if meas.paired:
+        ratios = meas.ratios
+        rs = stats(ratios)
+        row.paired, row.baseline_raw_ms = True, list(meas.baseline_ms)
+        row.baseline_ms = stats(meas.baseline_ms).median_ms
+        row.speedup = row.paired_speedup = rs.median_ms
+        row.paired_rel_spread = rs.rel_spread
+        interval = median_interval(ratios)
+        if interval is not None:
+            row.speedup_lo, row.speedup_hi = interval
+    elif is_baseline:
+        row.baseline_ms, row.speedup = row.median_ms, 1.0
 
 
 def _stamp(row: ResultRow) -> ResultRow:
@@ -353,3 +380,25 @@ def _stamp(row: ResultRow) -> ResultRow:
 
 def load_user_activations(opts: RunOptions) -> torch.Tensor | None:
     return load_activation_file(opts.activations) if opts.activations else None
+
+
+def followup_items(
+    rows: list[dict], env: dict, items: list[WorkItem], next_round: int
+) -> list[WorkItem]:
+    """Work items of one extra round for the cells whose pooled rows are still uncertain: a
+    speedup interval wider than the run's ``ci_target``, or an ordering contradiction (which
+    more pairs either resolve or confirm). Each item measures only those rows (and the
+    baseline they pair with)."""
+    from kernelbench.view import pooled_rows
+
+    uncertain: dict[tuple, set[tuple[str, str]]] = {}
+    for row in pooled_rows(rows, env):
+        if row.status == "ok" and (row.ci_wide or "ordering" in row.suspect_reason):
+            cell = (row.d_model, row.layer, row.tokens)
+            uncertain.setdefault(cell, set()).add((row.backend, row.method))
+    cells = {(i.size.d_model, i.layer, i.tokens): i for i in items}
+    return [
+        WorkItem(cells[c].size, c[1], c[2], cells[c].dist, next_round, frozenset(pairs))
+        for c, pairs in uncertain.items()
+        if c in cells
+    ]

@@ -1,4 +1,8 @@
-"""Pool several runs of one sweep into one run: samples taken minutes apart, one row per key.
+"""Pool rows of one key into one: the rounds of a run, or several runs of one sweep.
+
+A run visits its cells in several rounds (``--rounds``); :func:`pool_rows` gives the one row per
+key that every table, report and verdict reads, with the speedup's 95% interval recomputed over
+all pooled pairs. ``kernelbench merge`` pools several runs the same way.
 
 On a shared machine the speed drifts over tens of seconds (measured here: a row's median moved
 by up to 35% between two back-to-back ``--quick`` runs while its own IQR / median stayed under
@@ -12,7 +16,7 @@ the statistics recomputed with each round weighing the same (a round whose calls
 samples counts as much as one that took 45); stage times are the median of the rounds' stage times;
 ``baseline_ms``, ``speedup`` and ``tops`` are recomputed from the pooled medians
 of the same cell, except that a paired row (timed in alternation with its baseline,
-:func:`kernelbench.timing.time_paired`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
+:mod:`kernelbench.measure`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
 takes ``baseline_ms`` from those. Errors are deterministic for fixed seeds; should the rounds
 disagree, the largest is kept (never the flattering one). A key with no ``ok`` row keeps its last
 round's row (skipped or failed, with the reason). Nothing is written to the inputs."""
@@ -24,6 +28,7 @@ import statistics
 from dataclasses import fields
 from pathlib import Path
 
+from kernelbench.core import BASELINE, work_flops
 from kernelbench.results import (
     ENV_FILE,
     KEY_COLUMNS,
@@ -34,13 +39,9 @@ from kernelbench.results import (
     load_env,
     read_rows,
 )
+from kernelbench.statistics import median_interval, round_weights, stats, weighted_quantile
 
-#: (backend, method) of the 16-bit baseline and of fp32, whose pooled medians the speedups use.
-BASELINE = ("torch", "fp16")
-FP32 = ("torch", "fp32")
 _ROW_FIELDS = {f.name for f in fields(ResultRow)}
-
-
 _PAIR = (KEY_COLUMNS.index("backend"), KEY_COLUMNS.index("method"))
 
 
@@ -53,73 +54,86 @@ def _cell(key: tuple) -> tuple:
     return tuple(v for c, v in zip(KEY_COLUMNS, key, strict=True) if c not in ("backend", "method"))
 
 
-def _read_run(path: Path) -> dict[tuple, dict]:
+def row_key(row: dict) -> tuple:
+    return tuple(row[c] for c in KEY_COLUMNS)
+
+
+def _read_run(path: Path) -> list[dict]:
     results = path / RESULTS_FILE if path.is_dir() else path
     rows = read_rows(results)
     if not rows:
         raise SchemaError(f"{results}: no result rows")
-    return {tuple(r[c] for c in KEY_COLUMNS): r for r in rows}  # the last row of a key wins
-
-
-def _weighted_quantile(values: list[float], weights: list[float], p: float) -> float:
-    """The smallest value whose cumulative weight reaches ``p`` of the total (a step function:
-    with one sample per round and three rounds, the quartiles are the lowest and highest round
-    and the median the middle one)."""
-    pairs = sorted(zip(values, weights, strict=True))
-    target = p * sum(weights)
-    cumulative = 0.0
-    for value, weight in pairs:
-        cumulative += weight
-        if cumulative >= target - 1e-12:
-            return value
-    return pairs[-1][0]
-
-
-def _concat(per_round: list[list[float]]) -> tuple[list[float], list[float]]:
-    """All rounds' samples, and weights that give each round the same total weight."""
-    values = [v for samples in per_round for v in samples]
-    weights = [1.0 / len(samples) for samples in per_round for _ in samples]
-    return values, weights
+    return rows
 
 
 def _pool(rows: list[dict]) -> ResultRow:
-    """One row from the rounds of one key."""
+    """One row from the rounds of one key (each round weighing the same)."""
     ok = [r for r in rows if r["status"] == "ok" and r.get("raw_ms")]
     if not ok:
         return ResultRow(**{k: v for k, v in rows[-1].items() if k in _ROW_FIELDS})
     row = ResultRow(**{k: v for k, v in ok[0].items() if k in _ROW_FIELDS})
-    row.raw_ms, weights = _concat([r["raw_ms"] for r in ok])
-    q1, median, q3 = (_weighted_quantile(row.raw_ms, weights, p) for p in (0.25, 0.5, 0.75))
-    row.median_ms, row.iqr_ms, row.min_ms = median, q3 - q1, min(row.raw_ms)
-    row.mean_ms = sum(t * w for t, w in zip(row.raw_ms, weights, strict=True)) / sum(weights)
-    row.rel_spread = row.iqr_ms / median if median > 0 else 0.0
-    row.samples = len(row.raw_ms)
+    row.raw_ms, weights = round_weights([r["raw_ms"] for r in ok])
+    st = stats(row.raw_ms, weights)
+    row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms = (
+        st.median_ms,
+        st.iqr_ms,
+        st.min_ms,
+        st.mean_ms,
+    )
+    row.rel_spread, row.samples = st.rel_spread, st.samples
     # A paired row pools its baseline's calls the same way, when every round was paired (the
     # pairs stay aligned); otherwise it is pooled as an unpaired row.
     row.paired = all(
         r.get("paired") and len(r.get("baseline_raw_ms") or []) == len(r["raw_ms"]) for r in ok
     )
     row.baseline_raw_ms, row.paired_speedup, row.paired_rel_spread = [], None, None
+    row.speedup = row.speedup_lo = row.speedup_hi = None
     if row.paired:
-        row.baseline_raw_ms, _ = _concat([r["baseline_raw_ms"] for r in ok])
-        row.baseline_ms = _weighted_quantile(row.baseline_raw_ms, weights, 0.5)
+        row.baseline_raw_ms, _ = round_weights([r["baseline_raw_ms"] for r in ok])
+        row.baseline_ms = weighted_quantile(row.baseline_raw_ms, weights, 0.5)
         ratios = [b / t for b, t in zip(row.baseline_raw_ms, row.raw_ms, strict=True)]
-        p1, pm, p3 = (_weighted_quantile(ratios, weights, p) for p in (0.25, 0.5, 0.75))
-        row.paired_speedup, row.paired_rel_spread = pm, (p3 - p1) / pm if pm > 0 else 0.0
+        rs = stats(ratios, weights)
+        row.speedup = row.paired_speedup = rs.median_ms
+        row.paired_rel_spread = rs.rel_spread
+        interval = median_interval(ratios, weights)
+        if interval is not None:
+            row.speedup_lo, row.speedup_hi = interval
+    elif (row.backend, row.method) == BASELINE:
+        row.baseline_ms, row.speedup = row.median_ms, 1.0
     row.rounds = sum(int(r.get("rounds") or 1) for r in ok)
+    row.round = min(int(r.get("round") or 0) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
     stages = sorted({s for r in ok for s in (r.get("stages_ms") or {})})
     row.stages_ms = {
         s: statistics.median(r["stages_ms"][s] for r in ok if s in (r.get("stages_ms") or {}))
         for s in stages
     }
-    for name in ("rel_error", "max_abs_error", "baseline_rel_error"):
+    for name in ("rel_error", "max_abs_error", "baseline_rel_error", "outlier_cols"):
         values = [r.get(name) for r in ok if r.get(name) is not None]
         setattr(row, name, max(values) if values else None)
     compiles = [r["compile_s"] for r in ok if r.get("compile_s") is not None]
     row.compile_s = statistics.median(compiles) if compiles else None
     row.timestamp = max(str(r.get("timestamp") or "") for r in ok) or row.timestamp
+    row.tops = work_flops(row.m, row.k, row.n) / (row.median_ms / 1e3) / 1e12
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:  # kept in view: a round that failed is not hidden by the rounds that ran
+        row.reason = "; ".join(f"round {r.get('round', 0)} failed: {r['reason']}" for r in failed)
     return row
+
+
+def pool_rows(rows: list[dict]) -> list[ResultRow]:
+    """One row per key, pooled over every row of that key (rounds of one run, or several
+    runs), in order of each key's first appearance. A row that was never paired keeps the cell's
+    pooled baseline median as ``baseline_ms`` (no speedup: an unpaired ratio is not shown)."""
+    by_key: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_key.setdefault(row_key(r), []).append(r)
+    pooled = {k: _pool(group) for k, group in by_key.items()}
+    base = {_cell(k): r.median_ms for k, r in pooled.items() if _pair(k) == BASELINE}
+    for key, row in pooled.items():
+        if row.status == "ok" and not row.paired and row.baseline_ms is None:
+            row.baseline_ms = base.get(_cell(key))
+    return list(pooled.values())
 
 
 def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:
@@ -131,28 +145,13 @@ def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:
     if len(paths) < 2:
         raise SchemaError("merge needs at least two runs")
     runs = [_read_run(p) for p in paths]
-    classes = [sorted({k[KEY_COLUMNS.index("device_class")] for k in run}) for run in runs]
+    classes = [sorted({r["device_class"] for r in run}) for run in runs]
     if any(c != classes[0] for c in classes):
         raise SchemaError(
             "runs of different device classes: "
             + "; ".join(f"{p}: {c}" for p, c in zip(paths, classes, strict=True))
         )
-    keys: dict[tuple, None] = {}
-    for run in runs:
-        keys.update(dict.fromkeys(run))
-    rows = {k: _pool([run[k] for run in runs if k in run]) for k in keys}
-    medians = {k: r.median_ms for k, r in rows.items() if r.status == "ok"}
-    for key, row in rows.items():
-        if row.status != "ok":
-            continue
-        cell = _cell(key)
-        same_cell = [k for k in medians if _cell(k) == cell]
-        base = next((medians[k] for k in same_cell if _pair(k) == BASELINE), None)
-        if row.paired:  # its own baseline calls, pooled over the rounds in _pool
-            base = row.baseline_ms
-        row.baseline_ms = base
-        row.speedup = base / row.median_ms if base else None
-        row.tops = 2.0 * row.m * row.k * row.n / (row.median_ms / 1e3) / 1e12
+    rows = pool_rows([r for run in runs for r in run])
     envs = [load_env(p if p.is_dir() else p.parent) for p in paths]
     env = dict(envs[0])
     env["round_command"] = env.pop("command", None)  # what each round ran
@@ -161,7 +160,7 @@ def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:
         {"run": str(p), "git_commit": e.get("git_commit"), "started_at": e.get("started_at")}
         for p, e in zip(paths, envs, strict=True)
     ]
-    return list(rows.values()), env
+    return rows, env
 
 
 def write_merged(paths: list[Path], out: Path) -> list[ResultRow]:

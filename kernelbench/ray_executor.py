@@ -38,6 +38,7 @@ import torch
 
 from kernelbench import env as envmod
 from kernelbench.cases import Case
+from kernelbench.core import work_flops
 from kernelbench.harness import (
     CallEstimator,
     RunOptions,
@@ -75,7 +76,7 @@ def _cell_rows(item: WorkItem, case: Case, opts: RunOptions, done: set) -> list[
     rows = []
     for backend, method in method_pairs(opts):
         row = base_row(item, case, backend, method, device, dclass)
-        if row.key() not in done:
+        if (row.key(), item.round) not in done:
             rows.append(row)
     return rows
 
@@ -205,14 +206,14 @@ class RayExecutor:
                 for ref in ready:
                     item = pending.pop(ref)
                     for row in self._rows(ref, item, case, opts, done_ref, task_opts):
-                        key = row.key()
+                        key = (row.key(), row.round)
                         if key in seen:
                             continue
                         seen.add(key)
                         if row.status == "ok" and row.median_ms:
                             estimator.record(
                                 (row.backend, row.method),
-                                2.0 * row.m * row.k * row.n,
+                                work_flops(row.m, row.k, row.n),
                                 row.median_ms / 1e3,
                                 row.d_model,
                             )

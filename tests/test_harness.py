@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -19,9 +17,10 @@ from kernelbench.checks import InputError
 from kernelbench.cli import app
 from kernelbench.executors import get_executor
 from kernelbench.harness import RunOptions, measure_cell, method_pairs, plan
+from kernelbench.measure import TimerSettings
 from kernelbench.quant import outlier_columns
 from kernelbench.results import KEY_COLUMNS, ResultsWriter, load_results, read_rows
-from kernelbench.timing import StoppingCriterion, TimerSettings, stats
+from kernelbench.statistics import stats
 
 TINY_TIMER = TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1)
 STAGE_TIMER = TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1)
@@ -37,6 +36,8 @@ def tiny_opts(**kw) -> RunOptions:
         timer=TINY_TIMER,
         stage_timer=STAGE_TIMER,
         error_rows=8,
+        rounds=1,
+        extra_rounds=0,
     )
     base.update(kw)
     return RunOptions(**base)
@@ -122,83 +123,6 @@ def test_activation_files_are_data_only(tmp_path, monkeypatch):
         load_activation_file(tmp_path / "x.csv") if (tmp_path / "x.csv").write_text("1") else None
 
 
-# --- timer -----------------------------------------------------------------------------------
-
-
-def test_stats_on_synthetic_samples():
-    st = stats([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert st.median_ms == 3.0 and st.min_ms == 1.0 and st.samples == 5
-    assert st.iqr_ms == pytest.approx(2.0)
-    assert st.rel_spread == pytest.approx(2.0 / 3.0)
-
-
-def test_stopping_criterion_stops_on_low_noise_or_budget():
-    crit = StoppingCriterion(
-        TimerSettings(budget_s=100, min_samples=3, noise_window=5, target_rel_spread=0.02)
-    )
-    for _ in range(4):
-        crit.add(10.0)
-        assert not crit.done()  # fewer than noise_window samples
-    crit.add(10.0)
-    assert crit.done()  # quiet: five identical samples
-    noisy = StoppingCriterion(TimerSettings(budget_s=0.05, min_samples=3, target_rel_spread=0.01))
-    for v in (10.0, 20.0, 5.0):
-        noisy.add(v)
-    assert noisy.elapsed_s == pytest.approx(0.035)
-    assert not noisy.done()  # noisy and still inside the budget: keep sampling
-    noisy.add(30.0)
-    assert noisy.done()  # over budget
-    slow = StoppingCriterion(TimerSettings(budget_s=1.0, min_samples=3))
-    slow.add(5000.0)  # one call longer than the whole budget
-    assert slow.done()
-
-
-def test_paired_timing_holds_the_ratio_while_the_machine_speed_swings():
-    """A machine whose speed halves for stretches (as the CI VM's does): each time alone swings
-    2x, the ratio of the two calls of a pair does not."""
-    from kernelbench.timing import time_paired
-
-    clock = {"calls": 0}
-
-    def busy(ms: float):
-        def call():
-            slow = 2.0 if (clock["calls"] // 6) % 2 else 1.0  # speed swings every 3 pairs
-            clock["calls"] += 1
-            end = time.perf_counter() + ms * slow / 1e3
-            while time.perf_counter() < end:
-                pass
-
-        return call
-
-    settings = TimerSettings(
-        budget_s=1.0, warmup_s=0.0, min_samples=3, max_samples=21, target_rel_spread=0.0
-    )
-    paired = time_paired(busy(1.0), busy(2.0), settings, torch.device("cpu"), warmed_s=1.0)
-    assert len(paired.ratios) == len(paired.row_ms) == len(paired.baseline_ms) == 21
-    assert max(paired.row_ms) > 1.6 * min(paired.row_ms)  # the machine did swing
-    assert paired.stats.median_ms == pytest.approx(2.0, rel=0.15)
-    assert sum(abs(r - 2.0) < 0.3 for r in paired.ratios) >= 0.9 * len(paired.ratios)
-    assert stats(paired.ratios).rel_spread < stats(paired.row_ms).rel_spread
-
-
-def test_pairing_is_decided_on_a_warm_call_when_the_first_one_was_slow():
-    from kernelbench.harness import BASELINE, _pair_seconds
-
-    calls = []
-    settings = TimerSettings(budget_s=0.5, min_samples=3)
-    times = {BASELINE: 10.0}  # ms
-    cpu = torch.device("cpu")
-    fast = lambda: calls.append(1)  # noqa: E731
-    # a first call with one-off costs (0.3 s): one warm call decides, and it is fast
-    assert _pair_seconds(fast, 0.3, times, object(), settings, cpu) < 0.5 / 3
-    assert len(calls) == 1
-    # a first call that fits, or one longer than the whole budget: no extra call
-    assert _pair_seconds(fast, 0.01, times, object(), settings, cpu) == pytest.approx(0.02)
-    assert _pair_seconds(fast, 0.9, times, object(), settings, cpu) == pytest.approx(0.91)
-    assert _pair_seconds(fast, 0.01, times, None, settings, cpu) == float("inf")
-    assert len(calls) == 1
-
-
 # --- the pipeline ------------------------------------------------------------------------------
 
 
@@ -222,19 +146,18 @@ def test_measure_cell_rows_have_baselines_errors_and_memory():
     assert by[("custom", "llm_int8")].rel_error < 0.05
     assert by[("custom", "llm_int8")].baseline_rel_error == by[("torch", "fp16")].rel_error
     assert set(by[("custom", "llm_int8")].stages_ms) >= {"quantize", "int8_matmul", "dequantize"}
-    # paired timing: every row but the baseline alternated with it; its baseline_ms is the
-    # baseline's median over the row's own pairs
-    assert not by[("torch", "fp16")].paired
+    # paired timing: every row but the baseline alternated with it; its speedup is the median
+    # of the pairs' ratios, with a 95% interval around it
+    assert not by[("torch", "fp16")].paired and by[("torch", "fp16")].speedup == 1.0
     r = by[("custom", "llm_int8")]
     assert r.paired and len(r.baseline_raw_ms) == len(r.raw_ms) == r.samples >= 1
     assert r.baseline_ms == pytest.approx(stats(r.baseline_raw_ms).median_ms)
     ratios = [b / t for b, t in zip(r.baseline_raw_ms, r.raw_ms, strict=True)]
-    assert r.paired_speedup == pytest.approx(stats(ratios).median_ms)
-    unpaired = list(
-        measure_cell(item, case, dataclasses.replace(opts, paired=False), CallEstimator())
-    )
-    assert not any(x.paired or x.baseline_raw_ms for x in unpaired)
-    assert {x.baseline_ms for x in unpaired if x.status == "ok"} == {unpaired[0].median_ms}
+    assert r.speedup == r.paired_speedup == pytest.approx(stats(ratios).median_ms)
+    if r.samples >= 2:
+        assert r.speedup_lo <= r.speedup <= r.speedup_hi
+    assert r.flops == 2.0 * r.m * r.k * r.n and r.bytes > 0
+    assert r.planted_outlier_cols == 2 and r.round == 0
 
 
 class _ExplodingBackend(Backend):
@@ -274,7 +197,7 @@ def test_resume_skips_measured_rows_and_keeps_order(tmp_path):
     done = writer.done_keys()
     assert len(done) == 2
     rest = [row for _, row in get_executor("local").run(plan(case, opts), case, opts, done)]
-    assert {r.key() for r in rest}.isdisjoint(done)
+    assert {(r.key(), r.round) for r in rest}.isdisjoint(done)
     assert len(rest) == len(first) - 2
 
 
@@ -325,6 +248,10 @@ def test_cli_run_show_and_resume(tmp_path):
         str(out),
         "--budget",
         "0.02",
+        "--rounds",
+        "1",
+        "--extra-rounds",
+        "0",
         "--no-report",
     ]
     result = runner.invoke(app, args)
@@ -332,7 +259,7 @@ def test_cli_run_show_and_resume(tmp_path):
     assert "Speedup over 16-bit" in result.output
     env = json.loads((out / "env.json").read_text())
     assert env["device_class"].startswith("cpu-") and env["torch"] == torch.__version__
-    assert env["paired"] is True  # the default: rows timed in alternation with the baseline
+    assert env["rounds"] == 1 and env["ci_target"] == 0.05
     n_rows = len(read_rows(out / "results.jsonl"))
     assert n_rows == 4
     again = runner.invoke(app, [*args, "--resume"])
@@ -342,28 +269,6 @@ def test_cli_run_show_and_resume(tmp_path):
     assert shown.exit_code == 0 and "llm_int8" in shown.output
     bad = runner.invoke(app, ["run", "--sizes", "999", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "no model dimension 999" in bad.output
-
-
-def test_timer_does_not_repeat_a_warm_up_already_made():
-    from kernelbench.timing import time_cpu
-
-    calls = []
-    settings = TimerSettings(budget_s=0.0, warmup_s=0.2, min_samples=1)
-    time_cpu(lambda: calls.append(1), settings, warmed_s=1.0)
-    assert len(calls) == 1  # one timed sample, no warm-up call
-    calls.clear()
-    time_cpu(lambda: calls.append(1), TimerSettings(budget_s=0.0, warmup_s=0.0, min_samples=1))
-    assert len(calls) == 2  # a cold start gets one warm-up call
-
-
-def test_a_call_longer_than_the_budget_is_its_own_sample():
-    from kernelbench.timing import time_fn
-
-    calls = []
-    meas = time_fn(
-        lambda: calls.append(1), TimerSettings(budget_s=1.0), torch.device("cpu"), warmed_s=2.5
-    )
-    assert calls == [] and meas.samples_ms == [2500.0] and meas.single_first_call
 
 
 def test_resume_retries_rows_skipped_over_budget(tmp_path):
@@ -388,13 +293,15 @@ def test_resume_retries_rows_skipped_over_budget(tmp_path):
     )
     writer.append(ResultRow(method="fp16", **common))
     writer.append(
-        ResultRow(method="int8_raw", status="skipped", reason="over budget: 99 s", **common)
+        ResultRow(
+            method="int8_raw", status="skipped", skip_kind="over_budget", reason="99 s", **common
+        )
     )
     writer.append(
         ResultRow(method="vectorwise", status="skipped", reason="same computation", **common)
     )
     writer.append(ResultRow(method="llm_int8", status="failed", reason="boom", **common))
-    assert {k[5] for k in writer.done_keys()} == {"fp16", "vectorwise"}
+    assert {k[5] for k, _round in writer.done_keys()} == {"fp16", "vectorwise"}
 
 
 def test_git_commit_is_the_package_checkouts_or_none(tmp_path, monkeypatch):

@@ -1,0 +1,119 @@
+"""This device's measured limits: int8, 16-bit and fp32 GEMM peaks and memory bandwidth.
+
+Each peak is the best median throughput over a few large square-ish GEMMs (every backend that
+runs ``int8_raw`` here is tried for int8; torch's matmul for 16-bit and fp32), and bandwidth
+is a large tensor copy (bytes read plus written). The figures are cached per device class
+(``$KERNELBENCH_CACHE`` or ``~/.cache/kernelbench``) and copied into every run's ``env.json``,
+where :mod:`kernelbench.physics` reads them as each row's roofline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from kernelbench.core import work_flops
+from kernelbench.env import device_class
+from kernelbench.measure import MeasurementEngine, TimerSettings
+from kernelbench.quant import QuantConfig
+from kernelbench.statistics import stats
+
+#: GEMM shapes (m, k, n) tried for each peak; the best is kept.
+PEAK_SHAPES = ((2048, 4096, 4096), (4096, 4096, 4096))
+COPY_BYTES = 1 << 30  # large enough to leave every cache behind
+_SETTINGS = TimerSettings(budget_s=1.0, warmup_s=0.2, min_samples=5, max_samples=20)
+
+
+def cache_path(dclass: str) -> Path:
+    root = Path(os.environ.get("KERNELBENCH_CACHE", Path.home() / ".cache" / "kernelbench"))
+    return root / "peak" / (re.sub(r"[^A-Za-z0-9._-]+", "_", dclass) + ".json")
+
+
+def _median_s(engine: MeasurementEngine, call) -> float:
+    _, first = engine.first_call(call)
+    return stats(engine.measure(call, first).row_ms).median_ms / 1e3
+
+
+def _int8_tops(engine: MeasurementEngine, device: torch.device) -> tuple[float, str]:
+    from kernelbench.backends import all_backends
+
+    best, how = 0.0, ""
+    for name, backend in all_backends().items():
+        for m, k, n in PEAK_SHAPES:
+            if not backend.supports("int8_raw", device, torch.bfloat16, m, k, n):
+                continue
+            try:
+                x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+                w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+                runner = backend.runner("int8_raw", x, w, None, QuantConfig(alpha=0.0))
+                tops = work_flops(m, k, n) / _median_s(engine, runner.run) / 1e12
+            except Exception:  # noqa: BLE001 - a backend that cannot run here adds no peak
+                continue
+            if tops > best:
+                best, how = tops, f"{name} int8_raw {m}x{k}x{n}"
+    return best, how
+
+
+def _matmul_tops(engine: MeasurementEngine, device: torch.device, dtype: torch.dtype):
+    best, how = 0.0, ""
+    for m, k, n in PEAK_SHAPES:
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        tops = work_flops(m, k, n) / _median_s(engine, lambda a=a, b=b: a @ b) / 1e12
+        if tops > best:
+            best, how = tops, f"torch.matmul {str(dtype).replace('torch.', '')} {m}x{k}x{n}"
+    return best, how
+
+
+def _bandwidth_gbs(engine: MeasurementEngine, device: torch.device) -> float:
+    src = torch.rand(COPY_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    return 2 * COPY_BYTES / _median_s(engine, lambda: dst.copy_(src)) / 1e9
+
+
+def measure_peak(device: torch.device) -> dict:
+    """The device's peaks in env.json's ``peak`` format (source ``measured``)."""
+    engine = MeasurementEngine(device, _SETTINGS, _SETTINGS)
+    dclass = device_class(device)
+    sixteen = torch.float16 if device.type == "cuda" else torch.bfloat16
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    threads = torch.get_num_threads()
+    peak = {}
+    for kind, (tops, how) in (
+        ("int8", _int8_tops(engine, device)),
+        ("16bit", _matmul_tops(engine, device, sixteen)),
+        ("fp32", _matmul_tops(engine, device, torch.float32)),
+    ):
+        if tops > 0:
+            note = f"best median of {how}, {threads} threads, {when}"
+            peak[kind] = {"tops": tops, "source": "measured", "note": note, "device_class": dclass}
+    peak["bandwidth"] = {
+        "gbs": _bandwidth_gbs(engine, device),
+        "source": "measured",
+        "note": f"median copy of {COPY_BYTES >> 20} MiB (read + write), {threads} threads, {when}",
+        "device_class": dclass,
+    }
+    return peak
+
+
+def cached_peak_exists(device: torch.device) -> bool:
+    return cache_path(device_class(device)).exists()
+
+
+def cached_peak(device: torch.device, remeasure: bool = False) -> dict:
+    """The cached peaks of this device class, measured (and cached) when missing."""
+    path = cache_path(device_class(device))
+    if path.exists() and not remeasure:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # an unreadable cache is measured again
+    peak = measure_peak(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(peak, indent=2), encoding="utf-8")
+    return peak

@@ -1,0 +1,124 @@
+"""Physics checks on the pooled rows of a run: numbers that contradict each other are flagged.
+
+* Ordering: within one backend and cell, ``int8_raw``, ``vectorwise`` and ``llm_int8`` each do
+  strictly more work than the one before (:data:`kernelbench.core.WORK_ORDER`). A method whose
+  speedup interval lies wholly above that of a method doing less work was measured faster
+  than physics allows: both rows are ``suspect``, with the reason.
+* Roofline: each row's attainable throughput is its precision's compute peak, or the memory
+  bandwidth times its arithmetic intensity (its declared flops over bytes), whichever is lower.
+  A row whose throughput, even at the slow end of its time's interval, is above that bound is
+  ``suspect``. Peaks come from the run's ``env.json`` (``kernelbench peak`` measures them).
+* Width: a speedup whose 95% interval is wider than ``ci_target`` (half-width, relative) is
+  ``ci_wide``: shown, but flagged, so nobody reads a noisy ratio as a finding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from kernelbench.core import WORK_ORDER, precision_class, roofline_ops
+from kernelbench.results import ResultRow
+from kernelbench.statistics import median_interval, rel_halfwidth
+
+PEAK_SOURCES = ("measured", "datasheet")
+#: A row is above its roofline only beyond this relative margin as well as beyond its interval:
+#: the peaks themselves are medians of a few measured calls.
+ROOFLINE_MARGIN = 0.05
+
+
+def peaks(env: dict, device_class: str) -> dict[str, dict]:
+    """Device peaks from env.json, keyed by kind: ``int8``, ``16bit``, ``fp32`` (``tops``) and
+    ``bandwidth`` (``gbs``).
+
+    ``env["peak"]`` holds ``{kind: {"tops" | "gbs": float, "source": "measured" | "datasheet",
+    "note": str, "device_class": str (optional: applies to that class only)}}``. Entries without
+    a positive figure or with another source are ignored: nothing here guesses a peak."""
+    found: dict[str, dict] = {}
+    raw = env.get("peak")
+    if not isinstance(raw, dict):
+        return found
+    for kind, entry in raw.items():
+        if not isinstance(entry, dict):
+            continue
+        unit = "gbs" if kind == "bandwidth" else "tops"
+        value, source = entry.get(unit), entry.get("source")
+        if not isinstance(value, (int, float)) or value <= 0 or source not in PEAK_SOURCES:
+            continue
+        if entry.get("device_class") not in (None, device_class):
+            continue
+        found[str(kind)] = {
+            unit: float(value),
+            "source": source,
+            "note": str(entry.get("note", "")),
+        }
+    return found
+
+
+def _flag(row: ResultRow, reason: str) -> None:
+    row.suspect = True
+    row.suspect_reason = f"{row.suspect_reason}; {reason}" if row.suspect_reason else reason
+
+
+def _interval_text(row: ResultRow) -> str:
+    return f"{row.speedup:.2f} [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}]"
+
+
+def check_ordering(rows: Iterable[ResultRow]) -> None:
+    """Flag rows of one backend and cell whose speedups contradict :data:`WORK_ORDER`."""
+    groups: dict[tuple, dict[str, ResultRow]] = {}
+    for row in rows:
+        if row.status == "ok" and row.method in WORK_ORDER and row.speedup_lo is not None:
+            cell = (row.device_class, row.case, row.d_model, row.layer, row.tokens, row.backend)
+            groups.setdefault(cell, {})[row.method] = row
+    for by_method in groups.values():
+        present = [m for m in WORK_ORDER if m in by_method]
+        for i, less in enumerate(present):
+            for more in present[i + 1 :]:
+                a, b = by_method[less], by_method[more]
+                if b.speedup_lo > a.speedup_hi:
+                    reason = (
+                        f"ordering: {more} {_interval_text(b)} measured faster than {less} "
+                        f"{_interval_text(a)}, which does less work"
+                    )
+                    _flag(a, reason)
+                    _flag(b, reason)
+
+
+def check_roofline(rows: Iterable[ResultRow], peak: dict[str, dict]) -> None:
+    """Set each ok row's roofline and share of it; flag rows above it beyond their interval."""
+    bandwidth = peak.get("bandwidth", {}).get("gbs")
+    for row in rows:
+        compute = peak.get(precision_class(row.method), {}).get("tops")
+        if row.status != "ok" or not row.flops or not row.median_ms or compute is None:
+            continue
+        bw = bandwidth * 1e9 if bandwidth else math.inf
+        roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
+        row.roofline_tops = roof / 1e12
+        row.roofline_share = row.tops / row.roofline_tops if row.tops else None
+        interval = median_interval(row.raw_ms)
+        slow_ms = interval[1] if interval else row.median_ms
+        best_case = row.flops / (slow_ms / 1e3)
+        if best_case > roof * (1 + ROOFLINE_MARGIN):
+            _flag(
+                row,
+                f"above roofline: {best_case / 1e12:.3g} TOPS at the slow end of its interval "
+                f"> {roof / 1e12:.3g} TOPS attainable",
+            )
+
+
+def check_width(rows: Iterable[ResultRow], ci_target: float) -> None:
+    """Flag speedups whose 95% interval is wider than ``ci_target`` (or that have none)."""
+    for row in rows:
+        if row.status == "ok" and row.speedup is not None and row.paired:
+            row.ci_wide = rel_halfwidth(row.speedup, row.speedup_lo, row.speedup_hi) > ci_target
+
+
+def annotate(rows: list[ResultRow], peak: dict[str, dict], ci_target: float) -> list[ResultRow]:
+    """All checks on pooled rows (in place); returns them."""
+    for row in rows:
+        row.suspect, row.suspect_reason, row.ci_wide = False, "", False
+    check_width(rows, ci_target)
+    check_ordering(rows)
+    check_roofline(rows, peak)
+    return rows

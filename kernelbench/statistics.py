@@ -1,0 +1,99 @@
+"""Statistics of timed samples, free of torch: summaries, pooling weights and intervals.
+
+Every speedup kernelbench prints is the median of paired ratios (a row's call and its
+baseline's call, back to back) and carries a 95% bootstrap confidence interval of that median
+(criterion.rs' approach): resample the pairs with replacement, take each resample's median, and
+read the 2.5th and 97.5th percentiles. Pairs pooled from several rounds are resampled with
+weights that give every round the same total weight, as the pooled median does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Resamples per bootstrap interval: enough that the interval's ends move by well under 1% of
+#: its width between seeds, cheap for a few hundred pairs.
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    mean_ms: float
+    rel_spread: float  # IQR / median
+    samples: int
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], p: float) -> float:
+    """The smallest value whose cumulative weight reaches ``p`` of the total (a step function:
+    with one sample per round and three rounds, the quartiles are the lowest and highest round
+    and the median the middle one)."""
+    pairs = sorted(zip(values, weights, strict=True))
+    target = p * sum(weights)
+    cumulative = 0.0
+    for value, weight in pairs:
+        cumulative += weight
+        if cumulative >= target - 1e-12:
+            return value
+    return pairs[-1][0]
+
+
+def stats(samples_ms: Sequence[float], weights: Sequence[float] | None = None) -> Stats:
+    """Median, IQR, min, mean and IQR / median; with ``weights``, each sample counts that much.
+    Unweighted quartiles interpolate linearly between order statistics."""
+    if not samples_ms:
+        raise ValueError("no samples")
+    if weights is None:
+        q1, median, q3 = np.quantile(np.asarray(samples_ms, dtype=float), [0.25, 0.5, 0.75])
+        mean = float(np.mean(samples_ms))
+    else:
+        q1, median, q3 = (weighted_quantile(samples_ms, weights, p) for p in (0.25, 0.5, 0.75))
+        mean = sum(s * w for s, w in zip(samples_ms, weights, strict=True)) / sum(weights)
+    median, iqr = float(median), float(q3 - q1)
+    rel = iqr / median if median > 0 else 0.0
+    return Stats(median, iqr, float(min(samples_ms)), float(mean), rel, len(samples_ms))
+
+
+def round_weights(per_round: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """All rounds' samples concatenated, and weights that give each round the same total."""
+    values = [v for samples in per_round for v in samples]
+    weights = [1.0 / len(samples) for samples in per_round for _ in samples]
+    return values, weights
+
+
+def median_interval(
+    values: Sequence[float],
+    weights: Sequence[float] | None = None,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap confidence interval of the median of ``values`` (``None`` for fewer
+    than two values: one sample says nothing about its own uncertainty). Deterministic for a
+    given seed, so a results file reads the same every time it is summarised."""
+    data = np.asarray(values, dtype=float)
+    if data.size < 2 or not np.all(np.isfinite(data)):
+        return None
+    p = None
+    if weights is not None:
+        w = np.asarray(weights, dtype=float)
+        p = w / w.sum()
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(data.size, size=(BOOTSTRAP_RESAMPLES, data.size), replace=True, p=p)
+    medians = np.median(data[idx], axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    lo, hi = np.percentile(medians, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def rel_halfwidth(value: float | None, lo: float | None, hi: float | None) -> float:
+    """Half the interval's width relative to the value (``inf`` without an interval)."""
+    if value is None or lo is None or hi is None or value <= 0:
+        return math.inf
+    return (hi - lo) / 2 / value

@@ -1,0 +1,134 @@
+"""The measurement engine, its stopping rules and statistics: on synthetic samples and an
+injected clock, never on how fast this machine is."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelbench.measure import (
+    Budget,
+    IntervalTarget,
+    MeasurementEngine,
+    SampleCap,
+    SamplingState,
+    SpreadTarget,
+    StoppingRules,
+    TimerSettings,
+)
+from kernelbench.statistics import median_interval, rel_halfwidth, round_weights, stats
+from kernelbench.timing import CallTimer
+
+
+class FakeMachine:
+    """A clock and calls that advance it: ``call(ms)`` takes ``ms`` times the machine's current
+    slowness, which follows ``slowness(call_index)``."""
+
+    def __init__(self, slowness=lambda i: 1.0) -> None:
+        self.now = 0.0
+        self.calls = 0
+        self.slowness = slowness
+
+    def clock(self) -> float:
+        return self.now
+
+    def call(self, ms: float):
+        def run():
+            self.now += ms * self.slowness(self.calls) / 1e3
+            self.calls += 1
+
+        return run
+
+
+def engine(machine: FakeMachine, **settings) -> MeasurementEngine:
+    timer = TimerSettings(**settings)
+    stage = TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1)
+    return MeasurementEngine(
+        "cpu", timer, stage, clock=machine.clock, timer=CallTimer(machine.clock)
+    )
+
+
+def test_stats_on_synthetic_samples():
+    st = stats([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert st.median_ms == 3.0 and st.min_ms == 1.0 and st.samples == 5
+    assert st.iqr_ms == pytest.approx(2.0)
+    assert st.rel_spread == pytest.approx(2.0 / 3.0)
+    # weights: each round weighs the same however many samples it took
+    values, weights = round_weights([[1.0] * 9, [5.0]])
+    assert stats(values, weights).median_ms == 1.0
+    values, weights = round_weights([[1.0] * 9, [5.0], [5.0]])
+    assert stats(values, weights).median_ms == 5.0  # two rounds of three say 5
+
+
+def test_stopping_rules_on_synthetic_samples():
+    quiet = SamplingState((10.0,) * 5, 0.05)
+    noisy = SamplingState((10.0, 20.0, 5.0, 30.0, 7.0), 0.072)
+    assert SampleCap(5).reached(quiet) and not SampleCap(6).reached(quiet)
+    assert Budget(0.05).reached(quiet) and not Budget(0.06).reached(quiet)
+    assert not Budget(0.0).reached(SamplingState((), 0.0))  # never stop before one sample
+    assert SpreadTarget(0.02).reached(quiet) and not SpreadTarget(0.02).reached(noisy)
+    assert not SpreadTarget(0.02, min_samples=6).reached(quiet)
+    assert IntervalTarget(0.02).reached(quiet) and not IntervalTarget(0.02).reached(noisy)
+    rules = StoppingRules([Budget(1.0), SpreadTarget(0.02)], floor=3)
+    assert not rules.done(SamplingState((10.0,) * 2, 5.0))  # the floor comes first
+    assert rules.done(SamplingState((10.0,) * 3, 5.0))
+
+
+def test_interval_of_the_median_covers_it_and_narrows_with_samples():
+    assert median_interval([1.0]) is None
+    few = median_interval([1.0, 1.2, 0.9, 1.1, 1.05])
+    many = median_interval([1.0, 1.2, 0.9, 1.1, 1.05] * 20)
+    assert few[0] <= 1.05 <= few[1] and many[0] <= 1.05 <= many[1]
+    assert many[1] - many[0] < few[1] - few[0]
+    assert median_interval([1.0, 2.0, 3.0], seed=1) == median_interval([1.0, 2.0, 3.0], seed=1)
+    assert rel_halfwidth(2.0, 1.9, 2.1) == pytest.approx(0.05)
+    assert rel_halfwidth(2.0, None, None) == float("inf")
+
+
+def test_paired_ratio_holds_while_the_machine_speed_swings():
+    """A machine whose speed halves for stretches (as the CI VM's does): each time alone swings
+    2x, the ratio of the two calls of a pair does not."""
+    machine = FakeMachine(lambda i: 2.0 if (i // 6) % 2 else 1.0)
+    e = engine(
+        machine, budget_s=100, warmup_s=0.0, max_samples=21, target_rel_spread=-1.0, target_ci=-1.0
+    )
+    meas = e.measure(machine.call(1.0), first_call_s=1.0, baseline=machine.call(2.0))
+    assert meas.paired and len(meas.row_ms) == len(meas.baseline_ms) == 21
+    assert max(meas.row_ms) == pytest.approx(2 * min(meas.row_ms))  # the machine did swing
+    assert stats(meas.ratios).median_ms == pytest.approx(2.0)
+    assert sum(abs(r - 2.0) < 1e-9 for r in meas.ratios) >= 15  # only switch-over pairs differ
+
+
+def test_pairs_alternate_their_order_and_the_budget_counts_both_calls():
+    machine = FakeMachine()
+    order = []
+    row, base = machine.call(10.0), machine.call(30.0)
+    e = engine(machine, budget_s=0.2, warmup_s=0.0, target_rel_spread=-1.0, target_ci=-1.0)
+    meas = e.measure(
+        lambda: (order.append("row"), row()), 1.0, baseline=lambda: (order.append("b"), base())
+    )
+    assert len(meas.row_ms) == 5  # 5 pairs of 40 ms fill the 0.2 s budget
+    assert order[:4] == ["b", "row", "row", "b"]
+
+
+def test_first_call_is_the_warm_up_and_stages_are_timed_alone():
+    machine = FakeMachine()
+    calls = []
+    e = engine(machine, budget_s=0.0, warmup_s=0.5)
+    meas = e.measure(
+        lambda: calls.append(1),
+        first_call_s=1.0,
+        stages={"q": lambda: None},
+        known_stages_ms={"int8_matmul": 3.0},
+    )
+    assert len(calls) == 1  # a first call longer than the warm-up: one timed sample, no more
+    assert set(meas.stages_ms) == {"q", "int8_matmul"} and meas.stages_ms["int8_matmul"] == 3.0
+    assert not meas.paired and meas.first_call_s == 1.0
+    with pytest.raises(TypeError):
+        meas.stages_ms["q"] = 1.0  # immutable
+
+
+def test_stopping_on_a_quiet_machine_takes_few_samples():
+    machine = FakeMachine()
+    e = engine(machine, budget_s=100, warmup_s=0.0, min_samples=3, target_rel_spread=0.02)
+    meas = e.measure(machine.call(2.0), 1.0, baseline=machine.call(4.0))
+    assert len(meas.row_ms) == 5  # the spread target is judged from five samples on

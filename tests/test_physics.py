@@ -1,0 +1,145 @@
+"""Pooling rounds into one row per key, and the physics checks on the pooled rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kernelbench.core import work_bytes, work_flops
+from kernelbench.harness import followup_items
+from kernelbench.merge import pool_rows
+from kernelbench.physics import annotate, peaks
+from kernelbench.results import ResultRow
+from kernelbench.view import pooled_rows
+
+M, K, N = 2048, 768, 3072
+
+
+def row(method: str, ratios: list[float], base_ms: float = 10.0, round_=0, **kw) -> dict:
+    """A measured row whose pairs have these speedups over a baseline of ``base_ms``."""
+    fields = dict(
+        case="gpt3",
+        size="125M",
+        d_model=768,
+        layer="ffn1",
+        tokens=M,
+        m=M,
+        k=K,
+        n=N,
+        dist="outliers",
+        seed=1,
+        backend="custom",
+        method=method,
+        device="cpu",
+        device_class="cpu-test",
+        dtype="bfloat16",
+        round=round_,
+        raw_ms=[base_ms / r for r in ratios],
+        baseline_raw_ms=[base_ms] * len(ratios),
+        paired=bool(ratios),
+        samples=len(ratios),
+        flops=work_flops(M, K, N),
+        bytes=work_bytes(method, M, K, N),
+    )
+    fields["median_ms"] = sorted(fields["raw_ms"])[len(ratios) // 2] if ratios else None
+    fields.update(kw)
+    return dataclasses.asdict(ResultRow(**fields))
+
+
+def baseline(round_=0) -> dict:
+    return row(
+        "fp16",
+        [],
+        backend="torch",
+        raw_ms=[10.0, 10.0, 10.0],
+        paired=False,
+        median_ms=10.0,
+        round_=round_,
+    )
+
+
+def by_method(rows: list[ResultRow]) -> dict[str, ResultRow]:
+    return {r.method: r for r in rows}
+
+
+def test_rounds_pool_into_one_row_with_an_interval():
+    rows = [baseline(0), baseline(1)]
+    rows += [row("int8_raw", [2.0, 2.1, 1.9], round_=0), row("int8_raw", [2.2, 2.0, 2.1], round_=1)]
+    rows += [
+        row("llm_int8", [1.0], round_=0),
+        row("llm_int8", [], round_=1, status="failed", reason="boom"),
+    ]
+    pooled = by_method(pool_rows(rows))
+    raw = pooled["int8_raw"]
+    assert raw.samples == 6 and raw.rounds == 2 and raw.paired
+    assert raw.speedup == pytest.approx(2.0, abs=0.11)
+    assert raw.speedup_lo <= raw.speedup <= raw.speedup_hi
+    assert pooled["fp16"].speedup == 1.0 and pooled["fp16"].rounds == 2
+    # one pair says nothing about its own uncertainty; a failed round is named, not hidden
+    assert pooled["llm_int8"].speedup == 1.0 and pooled["llm_int8"].speedup_lo is None
+    assert "round 1 failed: boom" in pooled["llm_int8"].reason
+
+
+def test_more_work_measured_faster_is_suspect_beyond_the_intervals_only():
+    env = {"ci_target": 0.05}
+    clear = [
+        baseline(),
+        row("int8_raw", [2.0] * 9 + [2.02]),
+        row("vectorwise", [2.4] * 10),
+        row("llm_int8", [1.6] * 10),
+    ]
+    flagged = by_method(pooled_rows(clear, env))
+    assert not flagged["llm_int8"].suspect
+    assert flagged["vectorwise"].suspect and flagged["int8_raw"].suspect
+    assert "ordering: vectorwise" in flagged["vectorwise"].suspect_reason
+    overlapping = [
+        baseline(),
+        row("int8_raw", [1.8, 2.2, 1.9, 2.1, 2.0]),
+        row("llm_int8", [1.9, 2.3, 2.0, 2.2, 2.1]),
+    ]
+    assert not any(r.suspect for r in pooled_rows(overlapping, env))
+
+
+def test_rooflines_from_measured_peaks():
+    peak = {
+        "int8": {"tops": 1.0, "source": "measured"},
+        "16bit": {"tops": 0.5, "source": "measured"},
+        "bandwidth": {"gbs": 40.0, "source": "measured"},
+        "fp32": {"tops": 9.0, "source": "a guess"},
+    }  # not a source: ignored
+    assert set(peaks({"peak": peak}, "cpu-test")) == {"int8", "16bit", "bandwidth"}
+    ms_at_peak = work_flops(M, K, N) / 1e12 * 1e3  # one call at exactly 1 TOPS
+    rows = pool_rows([baseline(), row("int8_raw", [1.0] * 5, base_ms=ms_at_peak * 2)])
+    for r in rows:
+        r.tops = r.flops / (r.median_ms / 1e3) / 1e12 if r.median_ms else None
+    annotate(rows, peaks({"peak": peak}, "cpu-test"), 0.05)
+    raw = by_method(rows)["int8_raw"]
+    assert raw.roofline_tops == pytest.approx(1.0) and raw.roofline_share == pytest.approx(0.5)
+    assert not raw.suspect
+    fast = pool_rows([baseline(), row("int8_raw", [1.0] * 5, base_ms=ms_at_peak / 2)])
+    annotate(fast, peaks({"peak": peak}, "cpu-test"), 0.05)
+    assert by_method(fast)["int8_raw"].suspect
+    assert "above roofline" in by_method(fast)["int8_raw"].suspect_reason
+    # decode: one token is bandwidth-bound, far below the compute peak
+    decode = dataclasses.replace(
+        raw, m=1, flops=work_flops(1, K, N), bytes=work_bytes("int8_raw", 1, K, N)
+    )
+    annotate([decode], peaks({"peak": peak}, "cpu-test"), 0.05)
+    assert decode.roofline_tops == pytest.approx(40e9 * decode.flops / decode.bytes / 1e12)
+
+
+def test_wide_intervals_are_flagged_and_get_an_extra_round():
+    from kernelbench.cases import load_case
+    from kernelbench.harness import RunOptions, plan
+
+    env = {"ci_target": 0.05}
+    rows = [baseline(), row("int8_raw", [1.0, 2.0, 3.0, 1.5, 2.5]), row("vectorwise", [1.5] * 8)]
+    flagged = by_method(pooled_rows(rows, env))
+    assert flagged["int8_raw"].ci_wide and not flagged["vectorwise"].ci_wide
+    case = load_case("gpt3")
+    items = plan(case, RunOptions(sizes=(768,), tokens=(M,), rounds=2))
+    assert [i.round for i in items] == [0, 1]
+    (extra,) = followup_items(rows, env, items, next_round=2)
+    assert extra.round == 2 and extra.only == frozenset({("custom", "int8_raw")})
+    assert followup_items([baseline(), row("vectorwise", [1.5] * 8)], env, items, 2) == []
