@@ -1,14 +1,20 @@
-"""Terminal tables of a run (rich): the App. D.1 speedup table beside the paper, and errors."""
+"""Terminal tables of a run's pooled view (rich): speedups with their intervals beside the
+paper's App. D.1 figures, times with sample counts and share of the roofline, errors, and the
+rows that are suspect, skipped or failed. Every string from the data is escaped."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from kernelbench.backends import METHODS
+from kernelbench.core import BASELINE, METHODS, SkipKind
+
+Formatter = Callable[[pd.Series], str]
 
 
 def _num(v) -> float | None:
@@ -17,72 +23,141 @@ def _num(v) -> float | None:
     return float(v)
 
 
-def _cell(row: pd.Series | None, field: str, fmt: str, with_paper: bool) -> str:
-    if row is None:
-        return ""
-    if row["status"] != "ok":
-        return "skip" if row["status"] == "skipped" else "FAIL"
-    v = _num(row.get(field))
-    if v is None:
+def speedup_text(row: pd.Series, with_paper: bool = False) -> str:
+    """``1.42 ±0.04`` (half-width of the 95% interval); ``!`` marks an interval wider than the
+    run's target, ``?`` a speedup without an interval (one pair), ``S`` a suspect row."""
+    value = _num(row.get("speedup"))
+    if value is None:
         return "-"
-    text = format(v, fmt)
+    lo, hi = _num(row.get("speedup_lo")), _num(row.get("speedup_hi"))
+    text = (
+        f"{value:.2f} ±{(hi - lo) / 2:.2f}"
+        if lo is not None and hi is not None
+        else f"{value:.2f} ?"
+    )
+    if (row.get("backend"), row.get("method")) == BASELINE:
+        text = "1 (base)"
+    elif row.get("ci_wide"):
+        text += " [yellow]![/yellow]"
+    if row.get("suspect"):
+        text += " [red]S[/red]"
     paper = _num(row.get("paper_speedup")) if with_paper else None
     if paper is not None:
         text += f" [dim]({paper:.2f})[/dim]"
     return text
 
 
-def _grid(df: pd.DataFrame, title: str, field: str, fmt: str, with_paper: bool) -> Table:
+def time_text(row: pd.Series) -> str:
+    """Median ms, sample count and share of the row's roofline."""
+    ms = _num(row.get("median_ms"))
+    if ms is None:
+        return "-"
+    text = f"{ms:.3g} n={int(row.get('samples') or 0)}"
+    share = _num(row.get("roofline_share"))
+    if share is not None:
+        text += f" {share:.0%}"
+    return text
+
+
+def error_text(row: pd.Series) -> str:
+    v = _num(row.get("rel_error"))
+    return "-" if v is None else f"{v:.2e}"
+
+
+def _cell(row: pd.Series | None, fmt: Formatter) -> str:
+    if row is None:
+        return ""
+    if row["status"] != "ok":
+        return "skip" if row["status"] == "skipped" else "[red]FAIL[/red]"
+    return fmt(row)
+
+
+def _applies(sub: pd.DataFrame) -> bool:
+    """Whether a (backend, method) is measured or could be (not unsupported everywhere)."""
+    kinds = sub["skip_kind"] if "skip_kind" in sub else pd.Series([None] * len(sub))
+    unsupported = (sub["status"] == "skipped") & (kinds == SkipKind.UNSUPPORTED.value)
+    return not unsupported.all()
+
+
+def _method_order(methods) -> list[str]:
+    return sorted(
+        methods, key=lambda m: (m not in METHODS, METHODS.index(m) if m in METHODS else 0, m)
+    )
+
+
+def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
+    """Backend x method rows, one column per model size."""
     sizes = df.drop_duplicates("d_model").sort_values("d_model")[["d_model", "size"]]
     table = Table(title=title, title_justify="left")
     table.add_column("backend")
     table.add_column("method")
     for _, s in sizes.iterrows():
-        table.add_column(f"{s['size']}\nd={s['d_model']}", justify="right")
-    order = {m: i for i, m in enumerate(METHODS)}
-    keys = df[["backend", "method"]].drop_duplicates()
-    keys = keys.assign(o=keys["method"].map(order)).sort_values(["backend", "o"])
-    for _, key in keys.iterrows():
-        sub = df[(df["backend"] == key["backend"]) & (df["method"] == key["method"])]
-        never = (sub["status"] == "skipped") & ~sub["reason"].str.startswith("over budget")
-        if never.all():
-            continue  # a pair that does not apply here: listed under skipped rows instead
-        by_d = {r["d_model"]: r for _, r in sub.iterrows()}
-        table.add_row(
-            key["backend"],
-            key["method"],
-            *[_cell(by_d.get(d), field, fmt, with_paper) for d in sizes["d_model"]],
-        )
+        table.add_column(escape(f"{s['size']}\nd={s['d_model']}"), justify="right")
+    for backend in sorted(df["backend"].unique()):
+        of_backend = df[df["backend"] == backend]
+        for method in _method_order(of_backend["method"].unique()):
+            sub = of_backend[of_backend["method"] == method]
+            if not _applies(sub):
+                continue  # listed under skipped rows instead
+            by_d = {r["d_model"]: r for _, r in sub.iterrows()}
+            table.add_row(
+                escape(str(backend)),
+                escape(str(method)),
+                *[_cell(by_d.get(d), fmt) for d in sizes["d_model"]],
+            )
     return table
 
 
 def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
-    """Per device class, layer and token count: speedup over 16-bit (paper figure beside it),
-    speedup over fp32, relative error, and the skipped/failed rows with their reasons."""
+    """Per device class, layer and token count: speedup over 16-bit with its interval (the
+    paper's figure beside it where the paper has one), time with sample count and share of
+    the roofline, relative error; then suspect rows, then skipped and failed rows."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
     for (dclass, layer, tokens), cell in df.groupby(["device_class", "layer", "tokens"]):
-        head = f"{dclass} · layer {layer} · {tokens} tokens"
+        head = escape(f"{dclass} · layer {layer} · {tokens} tokens")
+        has_paper = cell["paper_speedup"].notna().any() if "paper_speedup" in cell else False
+        paper = "; paper App. D.1 in ()" if has_paper else ""
         console.print(
-            _grid(cell, f"Speedup over 16-bit ({head}); (paper App. D.1)", "speedup", ".2f", True)
-        )
-        console.print(
-            _grid(cell, f"Relative Frobenius error vs float64 ({head})", "rel_error", ".2e", False)
-        )
-        base = cell[(cell["backend"] == "torch") & (cell["method"] == "fp16")]
-        if len(base):
-            console.print(
-                "[dim]fp16 row = the device's 16-bit baseline (bf16 on CPU); "
-                "int8_raw error is against the exact integer product.[/dim]"
+            grid(
+                cell,
+                f"Speedup over 16-bit, 95% interval ({head}{paper})",
+                lambda r, p=has_paper: speedup_text(r, p),
             )
+        )
+        console.print(grid(cell, f"Median ms, samples, share of roofline ({head})", time_text))
+        console.print(grid(cell, f"Relative Frobenius error vs float64 ({head})", error_text))
+    console.print(
+        "[dim]fp16 = the device's 16-bit baseline (bf16 on CPU); ±: half the 95% interval of the "
+        "median pair ratio; ! interval wider than the run's target; ? one pair only; S suspect "
+        "(see below); int8_raw error is against the exact integer product.[/dim]"
+    )
+    _print_suspects(df, console)
+    _print_skipped(df, console)
+
+
+def _print_suspects(df: pd.DataFrame, console: Console) -> None:
+    if "suspect" not in df or not df["suspect"].fillna(False).astype(bool).any():
+        return
+    table = Table(title="Suspect rows: numbers that contradict physics", title_justify="left")
+    for col in ("backend", "method", "d_model", "tokens", "reason"):
+        table.add_column(col)
+    for _, r in df[df["suspect"].fillna(False).astype(bool)].iterrows():
+        cells = (r["backend"], r["method"], r["d_model"], r["tokens"], r["suspect_reason"])
+        table.add_row(*(escape(str(v)) for v in cells))
+    console.print(table)
+
+
+def _print_skipped(df: pd.DataFrame, console: Console) -> None:
     bad = df[df["status"] != "ok"]
-    if len(bad):
-        table = Table(title="Skipped and failed rows", title_justify="left")
-        for col in ("backend", "status", "methods", "d_model", "reason"):
-            table.add_column(col)
-        for (backend, status, reason), g in bad.groupby(["backend", "status", "reason"]):
-            methods = ", ".join(sorted(g["method"].unique(), key=METHODS.index))
-            dims = ", ".join(str(d) for d in sorted(g["d_model"].unique()))
-            table.add_row(backend, status, methods, dims, str(reason))
-        console.print(table)
+    if not len(bad):
+        return
+    table = Table(title="Skipped and failed rows, grouped by reason", title_justify="left")
+    for col in ("backend", "status", "methods", "d_model", "reason"):
+        table.add_column(col)
+    for (backend, status, reason), g in bad.groupby(["backend", "status", "reason"]):
+        methods = ", ".join(_method_order(g["method"].unique()))
+        dims = ", ".join(str(d) for d in sorted(g["d_model"].unique()))
+        table.add_row(*(escape(str(v)) for v in (backend, status, methods, dims, reason)))
+    console.print(table)

@@ -95,11 +95,15 @@ def _pool(rows: list[dict]) -> ResultRow:
         rs = stats(ratios, weights)
         row.speedup = row.paired_speedup = rs.median_ms
         row.paired_rel_spread = rs.rel_spread
-        interval = median_interval(ratios, weights)
-        if interval is not None:
+        if len(ok) == 1:  # one round: its interval as measured (no second bootstrap)
+            row.speedup_lo, row.speedup_hi = ok[0].get("speedup_lo"), ok[0].get("speedup_hi")
+        elif (interval := median_interval(ratios, weights)) is not None:
             row.speedup_lo, row.speedup_hi = interval
     elif (row.backend, row.method) == BASELINE:
         row.baseline_ms, row.speedup = row.median_ms, 1.0
+    else:  # unpaired (rows of older runs): the baseline times they recorded; no ratio shown
+        stored = [r["baseline_ms"] for r in ok if r.get("baseline_ms")]
+        row.baseline_ms = statistics.median(stored) if stored else None
     row.rounds = sum(int(r.get("rounds") or 1) for r in ok)
     row.round = min(int(r.get("round") or 0) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
@@ -123,17 +127,11 @@ def _pool(rows: list[dict]) -> ResultRow:
 
 def pool_rows(rows: list[dict]) -> list[ResultRow]:
     """One row per key, pooled over every row of that key (rounds of one run, or several
-    runs), in order of each key's first appearance. A row that was never paired keeps the cell's
-    pooled baseline median as ``baseline_ms`` (no speedup: an unpaired ratio is not shown)."""
+    runs), in order of each key's first appearance."""
     by_key: dict[tuple, list[dict]] = {}
     for r in rows:
         by_key.setdefault(row_key(r), []).append(r)
-    pooled = {k: _pool(group) for k, group in by_key.items()}
-    base = {_cell(k): r.median_ms for k, r in pooled.items() if _pair(k) == BASELINE}
-    for key, row in pooled.items():
-        if row.status == "ok" and not row.paired and row.baseline_ms is None:
-            row.baseline_ms = base.get(_cell(key))
-    return list(pooled.values())
+    return [_pool(group) for group in by_key.values()]
 
 
 def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:

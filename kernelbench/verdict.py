@@ -1,0 +1,123 @@
+"""The one speed verdict: did a row get faster or slower between two runs, beyond the noise?
+
+``kernelbench compare`` (the CI gate) and the HTML A/B report both call :func:`speed_verdict`
+on the pooled rows of the two runs, so they cannot disagree.
+
+Each row is compared through its ``speedup`` (the same run's 16-bit baseline over the row, on the
+same inputs), so runs on machines of different speed or load compare; when either run lacks a
+speedup the raw ``median_ms`` is compared and the detail says so. The change is the relative
+growth of the row's (normalised) time: ``+0.20`` is 20% slower.
+
+Noise. A row is ``slower`` only when its change exceeds both the tolerance and the two runs'
+noise combined in quadrature (independent runs; independent relative errors of a ratio add in
+quadrature to first order). A run's noise on a row is, in order of preference:
+
+1. the half-width of its speedup's 95% interval, relative (a paired row with an interval: the
+   uncertainty of the very number compared);
+2. the spread of its pairs' ratios (``paired_rel_spread``) for a paired row without interval;
+3. its own ``rel_spread``, with that of its cell's 16-bit baseline row when compared through an
+   unpaired speedup.
+
+Spreads (2, 3) from a row pooled from R rounds enter as ``spread / sqrt(R)``: rounds are
+independent draws of the machine's state. A spread from fewer than :data:`MIN_SPREAD_SAMPLES`
+samples is not a measurement: a change beyond the tolerance with such a spread is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kernelbench.statistics import rel_halfwidth
+
+#: Fewer timed samples than this give no usable spread (1 sample: IQR 0; 2: half their gap).
+MIN_SPREAD_SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class SpeedCall:
+    verdict: str  # "faster" | "slower" | "same" | "unknown"
+    metric: str = ""  # "speedup" | "median_ms" | ""
+    base_value: float | None = None
+    new_value: float | None = None
+    change: float | None = None  # relative growth of the row's time
+    noise: float | None = None
+    band: float | None = None
+    detail: str = ""
+
+
+def _positive(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and v > 0
+
+
+def _number(v) -> float | None:
+    return float(v) if _positive(v) else None
+
+
+def speedup_of(row: dict) -> float | None:
+    """The row's speedup: its paired median ratio when stored, else baseline_ms / median_ms."""
+    stored = _number(row.get("speedup"))
+    if stored is not None and row.get("paired"):
+        return stored
+    base, med = _number(row.get("baseline_ms")), _number(row.get("median_ms"))
+    return base / med if base is not None and med is not None else None
+
+
+def _spread(row: dict | None, field: str = "rel_spread") -> float | None:
+    if row is None or row.get("status") != "ok" or row.get(field) is None:
+        return None
+    value = row[field]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if (row.get("samples") or 0) < MIN_SPREAD_SAMPLES:
+        return None
+    return value / math.sqrt(max(1, int(row.get("rounds") or 1)))
+
+
+def row_noise(row: dict, baseline: dict | None, via_speedup: bool) -> list[float | None]:
+    """The relative uncertainties that make up one run's noise on the compared metric."""
+    if via_speedup and row.get("paired"):
+        lo, hi = _number(row.get("speedup_lo")), _number(row.get("speedup_hi"))
+        if lo is not None and hi is not None:
+            return [rel_halfwidth(speedup_of(row), lo, hi)]
+        return [_spread(row, "paired_rel_spread")]
+    if not via_speedup or baseline is None or baseline is row:
+        return [_spread(row)]
+    return [_spread(row), _spread(baseline)]
+
+
+def speed_verdict(
+    base: dict,
+    new: dict,
+    tol: float,
+    base_baseline: dict | None = None,
+    new_baseline: dict | None = None,
+) -> SpeedCall:
+    """Verdict of ``new`` against ``base`` (two ok rows of one key); ``*_baseline``: the 16-bit
+    baseline row of each run's cell, whose spread enters an unpaired speedup's noise."""
+    notes = []
+    sb, sn = speedup_of(base), speedup_of(new)
+    via_speedup = sb is not None and sn is not None
+    if via_speedup:
+        metric, bv, nv, change = "speedup", sb, sn, sb / sn - 1.0
+    elif _positive(base.get("median_ms")) and _positive(new.get("median_ms")):
+        bv, nv = float(base["median_ms"]), float(new["median_ms"])
+        metric, change = "median_ms", nv / bv - 1.0
+        notes.append("no 16-bit baseline speedup: compared raw median_ms (machine speed included)")
+    else:
+        return SpeedCall("unknown", detail="no timing to compare")
+    spreads = row_noise(base, base_baseline, via_speedup) + row_noise(
+        new, new_baseline, via_speedup
+    )
+    noise = math.sqrt(sum((s or 0.0) ** 2 for s in spreads))
+    band = max(tol, noise)
+    speed_gain = 1.0 / (1.0 + change) - 1.0  # relative growth of speed
+    verdict = "slower" if change > band else "faster" if speed_gain > band else "same"
+    unmeasured = sum(s is None for s in spreads)
+    if unmeasured and verdict != "same":
+        notes.append(
+            f"{verdict} beyond the tolerance, but {unmeasured} of {len(spreads)} spreads were "
+            f"not measured (< {MIN_SPREAD_SAMPLES} samples or no row): noise cannot be ruled out"
+        )
+        verdict = "unknown"
+    return SpeedCall(verdict, metric, bv, nv, change, noise, band, "; ".join(notes))
