@@ -14,6 +14,8 @@
 #   the target Python's site-packages: nvidia/cu13, then nvidia/cublas (the cu12 wheels);
 #   the CUDA toolkit (CUDA::cublasLt).
 # Architectures: sm_80 and sm_90a (CUDA_ARCHITECTURES is OFF; the -gencode flags are explicit).
+# Every CUDA module is made by kb_cuda_module() with the one flag list KERNELBENCH_CUDA_FLAGS;
+# scripts/prebuild_gpu.sh (also the CI compile check) builds through this file.
 # A second module, kernelbench._cutlass (csrc/cutlass_int8*.cu), is built when the CUTLASS
 # headers are found (see the CUTLASS section at the end).
 
@@ -118,29 +120,44 @@ else()
 to a folder with include/cublasLt.h and lib/libcublasLt.so*)")
 endif()
 
-# --- the module ------------------------------------------------------------------------------
-# NO_EXTRAS: keep pybind11's host-only flags (LTO, strip) off the nvcc command line.
-pybind11_add_module(_cuda MODULE NO_EXTRAS csrc/cuda_int8.cu csrc/cublaslt_int8.cu)
-set_target_properties(_cuda PROPERTIES
-  CUDA_ARCHITECTURES OFF
-  CUDA_STANDARD 17
-  CUDA_STANDARD_REQUIRED ON
-  CUDA_RUNTIME_LIBRARY Static
-  CXX_VISIBILITY_PRESET hidden
-  CUDA_VISIBILITY_PRESET hidden
-  # At run time torch has normally loaded libcublasLt already (same soname); the rpath covers a
-  # bare import: the build-time library folder, and the wheel layout next to site-packages.
-  INSTALL_RPATH "$ORIGIN/../nvidia/cu13/lib;$ORIGIN/../nvidia/cublas/lib;${_kb_cublas_libdir}"
-  BUILD_RPATH "${_kb_cublas_libdir}")
-target_include_directories(_cuda PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/csrc")
-target_compile_options(_cuda PRIVATE
-  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_80,code=sm_80>
-  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a>
-  $<$<COMPILE_LANGUAGE:CUDA>:-O3>
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fvisibility=hidden>)
-target_link_libraries(_cuda PRIVATE kb_cublaslt CUDA::cudart_static)
-install(TARGETS _cuda LIBRARY DESTINATION kernelbench)
-message(STATUS "kernelbench: building kernelbench._cuda for sm_80 and sm_90a")
+# --- the modules -----------------------------------------------------------------------------
+# One flag list for every CUDA translation unit. NDEBUG keeps CUTLASS's host asserts out;
+# CUTLASS needs --expt-relaxed-constexpr.
+set(KERNELBENCH_CUDA_FLAGS
+  -gencode=arch=compute_80,code=sm_80
+  -gencode=arch=compute_90a,code=sm_90a
+  -O3 -DNDEBUG --expt-relaxed-constexpr
+  -Xcompiler=-fvisibility=hidden -Xcompiler=-Wall)
+set(_kb_root "${CMAKE_CURRENT_LIST_DIR}/..")
+
+# kb_cuda_module(NAME SOURCES <.cu files> [INCLUDES <dirs>] [LIBS <targets>] [RPATH <dirs>])
+# A pybind11 module kernelbench.NAME: static CUDA runtime, hidden symbols, installed into
+# kernelbench/. NO_EXTRAS keeps pybind11's host-only flags (LTO, strip) off the nvcc line.
+function(kb_cuda_module name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;INCLUDES;LIBS;RPATH")
+  list(TRANSFORM arg_SOURCES PREPEND "${_kb_root}/")
+  pybind11_add_module(${name} MODULE NO_EXTRAS ${arg_SOURCES})
+  set_target_properties(${name} PROPERTIES
+    CUDA_ARCHITECTURES OFF
+    CUDA_STANDARD 17
+    CUDA_STANDARD_REQUIRED ON
+    CUDA_RUNTIME_LIBRARY Static
+    CXX_VISIBILITY_PRESET hidden
+    CUDA_VISIBILITY_PRESET hidden
+    INSTALL_RPATH "${arg_RPATH}")
+  target_include_directories(${name} PRIVATE "${_kb_root}/csrc" ${arg_INCLUDES})
+  target_compile_options(${name} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CUDA>:${KERNELBENCH_CUDA_FLAGS}>")
+  target_link_libraries(${name} PRIVATE CUDA::cudart_static ${arg_LIBS})
+  install(TARGETS ${name} LIBRARY DESTINATION kernelbench)
+  message(STATUS "kernelbench: building kernelbench.${name} for sm_80 and sm_90a")
+endfunction()
+
+# At run time torch has normally loaded libcublasLt already (same soname); the rpath covers a
+# bare import: the wheel layout next to site-packages, and the build-time library folder.
+kb_cuda_module(_cuda SOURCES csrc/cuda_int8.cu csrc/cublaslt_int8.cu LIBS kb_cublaslt
+  RPATH "$ORIGIN/../nvidia/cu13/lib;$ORIGIN/../nvidia/cublas/lib;${_kb_cublas_libdir}")
+set_target_properties(_cuda PROPERTIES BUILD_RPATH "${_kb_cublas_libdir}")
 
 # --- CUTLASS: kernelbench._cutlass (optional) -------------------------------------------------
 # The fused int8 GEMM (csrc/cutlass_int8*.cu) needs the CUTLASS headers (include/ and
@@ -148,7 +165,7 @@ message(STATUS "kernelbench: building kernelbench._cuda for sm_80 and sm_90a")
 #   KERNELBENCH_CUTLASS_ROOT (CMake or environment variable): a CUTLASS checkout or the
 #     extracted headers (a folder with include/cutlass/cutlass.h);
 #   the target Python's nvidia-cutlass wheel (site-packages/cutlass_library/source);
-#   ~/.cache/kernelbench/cutlass-* (what scripts/check_cuda_build.sh extracts from that wheel).
+#   ~/.cache/kernelbench/cutlass-* (what scripts/prebuild_gpu.sh extracts from that wheel).
 # Not found: the module is skipped with a message (the rest of kernelbench._cuda is unaffected).
 if(NOT DEFINED KERNELBENCH_CUTLASS_ROOT AND DEFINED ENV{KERNELBENCH_CUTLASS_ROOT})
   set(KERNELBENCH_CUTLASS_ROOT "$ENV{KERNELBENCH_CUTLASS_ROOT}")
@@ -182,27 +199,10 @@ endforeach()
 if(NOT _kb_cutlass_root)
   message(STATUS "kernelbench: kernelbench._cutlass skipped: CUTLASS headers not found (set "
                  "KERNELBENCH_CUTLASS_ROOT, pip install nvidia-cutlass, or run "
-                 "scripts/check_cuda_build.sh once to fill ~/.cache/kernelbench)")
+                 "scripts/prebuild_gpu.sh once to fill ~/.cache/kernelbench)")
   return()
 endif()
-pybind11_add_module(_cutlass MODULE NO_EXTRAS
-  csrc/cutlass_int8.cu csrc/cutlass_int8_sm80.cu csrc/cutlass_int8_sm90.cu)
-set_target_properties(_cutlass PROPERTIES
-  CUDA_ARCHITECTURES OFF
-  CUDA_STANDARD 17
-  CUDA_STANDARD_REQUIRED ON
-  CUDA_RUNTIME_LIBRARY Static
-  CXX_VISIBILITY_PRESET hidden
-  CUDA_VISIBILITY_PRESET hidden)
-target_include_directories(_cutlass PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/csrc"
-  "${_kb_cutlass_root}/include" "${_kb_cutlass_root}/tools/util/include")
-target_compile_options(_cutlass PRIVATE
-  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_80,code=sm_80>
-  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a>
-  $<$<COMPILE_LANGUAGE:CUDA>:-O3>
-  $<$<COMPILE_LANGUAGE:CUDA>:-DNDEBUG>
-  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fvisibility=hidden>)
-target_link_libraries(_cutlass PRIVATE CUDA::cudart_static)
-install(TARGETS _cutlass LIBRARY DESTINATION kernelbench)
-message(STATUS "kernelbench: building kernelbench._cutlass (CUTLASS from ${_kb_cutlass_root})")
+kb_cuda_module(_cutlass
+  SOURCES csrc/cutlass_int8.cu csrc/cutlass_int8_sm80.cu csrc/cutlass_int8_sm90.cu
+  INCLUDES "${_kb_cutlass_root}/include" "${_kb_cutlass_root}/tools/util/include")
+message(STATUS "kernelbench: CUTLASS from ${_kb_cutlass_root}")
