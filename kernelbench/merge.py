@@ -95,15 +95,13 @@ def _pool(rows: list[dict]) -> ResultRow:
         rs = stats(ratios, weights)
         row.speedup = row.paired_speedup = rs.median_ms
         row.paired_rel_spread = rs.rel_spread
-        if len(ok) == 1:  # one round: its interval as measured (no second bootstrap)
-            row.speedup_lo, row.speedup_hi = ok[0].get("speedup_lo"), ok[0].get("speedup_hi")
+        stored = (ok[0].get("speedup_lo"), ok[0].get("speedup_hi"))
+        if len(ok) == 1 and None not in stored:  # one round: its interval as measured
+            row.speedup_lo, row.speedup_hi = stored
         elif (interval := median_interval(ratios, weights)) is not None:
             row.speedup_lo, row.speedup_hi = interval
     elif (row.backend, row.method) == BASELINE:
         row.baseline_ms, row.speedup = row.median_ms, 1.0
-    else:  # unpaired (rows of older runs): the baseline times they recorded; no ratio shown
-        stored = [r["baseline_ms"] for r in ok if r.get("baseline_ms")]
-        row.baseline_ms = statistics.median(stored) if stored else None
     row.rounds = sum(int(r.get("rounds") or 1) for r in ok)
     row.round = min(int(r.get("round") or 0) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
@@ -131,7 +129,15 @@ def pool_rows(rows: list[dict]) -> list[ResultRow]:
     by_key: dict[tuple, list[dict]] = {}
     for r in rows:
         by_key.setdefault(row_key(r), []).append(r)
-    return [_pool(group) for group in by_key.values()]
+    pooled = {k: _pool(group) for k, group in by_key.items()}
+    base = {_cell(k): r.median_ms for k, r in pooled.items() if _pair(k) == BASELINE}
+    for key, row in pooled.items():
+        if row.status == "ok" and not row.paired and _pair(key) != BASELINE:
+            # unpaired (older runs, --no-paired): the cell's pooled baseline, a ratio without
+            # an interval, which the tables mark
+            row.baseline_ms = base.get(_cell(key))
+            row.speedup = row.baseline_ms / row.median_ms if row.baseline_ms else None
+    return list(pooled.values())
 
 
 def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:

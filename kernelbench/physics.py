@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from kernelbench.core import WORK_ORDER, precision_class, roofline_ops
+from kernelbench.core import WORK_ORDER, precision_class, roofline_ops, work_bytes, work_flops
 from kernelbench.results import ResultRow
 from kernelbench.statistics import median_interval, rel_halfwidth
 
@@ -90,8 +90,11 @@ def check_roofline(rows: Iterable[ResultRow], peak: dict[str, dict]) -> None:
     bandwidth = peak.get("bandwidth", {}).get("gbs")
     for row in rows:
         compute = peak.get(precision_class(row.method), {}).get("tops")
-        if row.status != "ok" or not row.flops or not row.median_ms or compute is None:
+        if row.status != "ok" or not row.median_ms or compute is None:
             continue
+        if not row.flops:  # rows of older runs declare no work: it follows from the shape
+            row.flops = work_flops(row.m, row.k, row.n)
+            row.bytes = work_bytes(row.method, row.m, row.k, row.n)
         bw = bandwidth * 1e9 if bandwidth else math.inf
         roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
         row.roofline_tops = roof / 1e12

@@ -28,9 +28,10 @@ def ci_target(env: dict) -> float:
 def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
     """One annotated row per key."""
     pooled = pool_rows(rows)
-    classes = {r.device_class for r in pooled}
-    peak = peaks(env, next(iter(classes))) if len(classes) == 1 else {}
-    return annotate(pooled, peak, ci_target(env))
+    for dclass in {r.device_class for r in pooled}:
+        of_class = [r for r in pooled if r.device_class == dclass]
+        annotate(of_class, peaks(env, dclass), ci_target(env))
+    return pooled
 
 
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:

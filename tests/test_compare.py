@@ -240,9 +240,9 @@ def test_backend_filter_gives_verdicts_for_those_rows_only(tmp_path: Path):
 
 
 def test_without_speedup_falls_back_to_median_and_says_so(tmp_path: Path):
-    no_speedup = {
-        m: {"speedup": None, "baseline_ms": None} for m in ("fp16", "llm_int8", "vectorwise")
-    }
+    # the 16-bit baseline failed in both runs: unpaired rows have nothing to divide by
+    no_speedup = {m: {"speedup": None, "baseline_ms": None} for m in ("llm_int8", "vectorwise")}
+    no_speedup["fp16"] = {"status": "failed", "reason": "boom", "median_ms": None, "raw_ms": []}
     base = write_run(tmp_path / "base", standard_rows(**no_speedup))
     r = row("llm_int8")
     new = write_run(

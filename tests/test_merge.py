@@ -176,8 +176,10 @@ def test_paired_rows_pool_their_own_baseline_calls(tmp_path: Path):
     llm = rows_by_method(rows)["llm_int8"]
     assert llm.paired and len(llm.baseline_raw_ms) == len(llm.raw_ms) == 9
     assert llm.baseline_ms == 10.2 and llm.median_ms == 8.1  # pooled over the pairs, not 11.0
-    assert llm.speedup == pytest.approx(10.2 / 8.1)
-    assert llm.paired_speedup == pytest.approx(1.25, rel=0.02)  # every pair's ratio is ~1.25
+    # the speedup is the median of the pairs' ratios (every pair's ratio is ~1.25), with its
+    # 95% interval over all nine pairs
+    assert llm.speedup == llm.paired_speedup == pytest.approx(1.25, rel=0.02)
+    assert llm.speedup_lo <= llm.speedup <= llm.speedup_hi
     assert llm.paired_rel_spread < 0.03
     # one unpaired round: the pooled row is unpaired, its baseline the cell's fp16 row
     runs.append(write_run(tmp_path / "r4", round_rows([11.0] * 3, [8.0, 8.1, 7.9])))

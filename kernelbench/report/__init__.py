@@ -74,10 +74,11 @@ def _run_info(run: data.Run, label: str) -> dict:
 
 
 def _peak_lines(peaks: dict[str, dict]) -> list[str]:
-    return [
-        f"{kind}: {p['tops']:g} TOPS ({p['source']}{', ' + p['note'] if p['note'] else ''})"
-        for kind, p in sorted(peaks.items())
-    ]
+    lines = []
+    for kind, p in sorted(peaks.items()):
+        value = f"{p['gbs']:.3g} GB/s" if "gbs" in p else f"{p['tops']:.3g} TOPS"
+        lines.append(f"{kind}: {value} ({p['source']}{', ' + p['note'] if p['note'] else ''})")
+    return lines
 
 
 def _single(run: data.Run) -> dict:
@@ -102,6 +103,8 @@ def _single(run: data.Run) -> dict:
                 "tops": tables.tops_grids(cell, peaks),
                 "peaks": _peak_lines(peaks),
                 "memory": tables.memory_grid(cell),
+                "suspects": tables.suspect_rows(ok),
+                "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
                 "figures": [f for f in figures if f is not None],
             }
         )

@@ -13,6 +13,7 @@ import io
 import math
 from dataclasses import dataclass
 
+import matplotlib
 import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -35,7 +36,7 @@ class Figure:
 
 def _palette(methods) -> dict[str, tuple]:
     """One colour per method, the same in every figure of a report."""
-    names = data.sorted_methods([*data.METHOD_ORDER, *methods])
+    names = data.sorted_methods([*data.METHODS, *methods])
     colours = sns.color_palette("tab10", 10) + sns.color_palette("Set2", 8)
     return {m: colours[i % len(colours)] for i, m in enumerate(names)}
 
@@ -66,7 +67,8 @@ def _dmodel_axis(ax, dims: list[int]) -> None:
 
 
 def _style():
-    return sns.axes_style("whitegrid")
+    # Names and reasons are data: a '$' in them is shown, never read as matplotlib mathtext.
+    return matplotlib.rc_context({**sns.axes_style("whitegrid"), "text.parse_math": False})
 
 
 def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
@@ -85,6 +87,7 @@ def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | Non
             for method in data.sorted_methods(sub["method"]):
                 m = sub[sub["method"] == method].groupby("d_model").median(numeric_only=True)
                 ax.plot(m.index, m["speedup"], marker="o", color=colours[method], label=method)
+                _interval_bars(ax, m, colours[method])
                 ref = m["paper_speedup"].dropna() if "paper_speedup" in m else pd.Series()
                 if not ref.empty:
                     ax.scatter(ref.index, ref, marker="x", color=colours[method], s=30)
@@ -96,8 +99,8 @@ def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | Non
         uri = _encode(fig)
     return Figure(
         "Speedup over 16-bit vs model dimension",
-        f"layer {layer}, {tokens} tokens; dotted line: the 16-bit baseline; crosses: the "
-        "paper's App. D.1 figure",
+        f"layer {layer}, {tokens} tokens; bars: 95% interval of each speedup; dotted line: the "
+        "16-bit baseline; crosses: the paper's App. D.1 figure",
         uri,
     )
 
@@ -116,16 +119,17 @@ def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
         for ax, (d, name) in zip(axes, sizes, strict=True):
             sub = df[df["d_model"] == d]
             for (backend, method), g in sorted(sub.groupby(["backend", "method"])):
-                g = g.groupby("tokens")["speedup"].median()
+                g = g.groupby("tokens").median(numeric_only=True)
                 ax.plot(
                     g.index,
-                    g.values,
+                    g["speedup"],
                     marker="o",
                     ms=3,
                     ls=styles[backend],
                     color=colours[method],
                     label=f"{backend} · {method}",
                 )
+                _interval_bars(ax, g, colours[method])
             ax.axhline(1.0, color="black", lw=0.8, ls=":")
             ax.set_xscale("log", base=2)
             ax.set_title(f"{name} (d={d})", fontsize=9)
@@ -216,6 +220,15 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         f"layer {layer}, {tokens} tokens; error against the float64 product",
         uri,
     )
+
+
+def _interval_bars(ax, m: pd.DataFrame, colour) -> None:
+    """Vertical bars from ``speedup_lo`` to ``speedup_hi`` where a point has an interval."""
+    if "speedup_lo" not in m or "speedup_hi" not in m:
+        return
+    have = m.dropna(subset=["speedup", "speedup_lo", "speedup_hi"])
+    if not have.empty:
+        ax.vlines(have.index, have["speedup_lo"], have["speedup_hi"], color=colour, lw=1.5)
 
 
 def _method_lines(ax, sub: pd.DataFrame, column: str, colours: dict) -> None:

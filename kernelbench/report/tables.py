@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kernelbench.report import data
+from kernelbench.verdict import speed_verdict
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
 CELL = ["backend", "method", "d_model"]
@@ -69,7 +70,9 @@ def _pivot(df: pd.DataFrame, value: str) -> pd.DataFrame:
     return df.pivot_table(index="method", columns="d_model", values=value, aggfunc="median")
 
 
-def _get(pivot: pd.DataFrame, method: str, d_model: int) -> float | None:
+def _get(pivot: pd.DataFrame | None, method: str, d_model: int) -> float | None:
+    if pivot is None:
+        return None
     try:
         value = pivot.at[method, d_model]
     except KeyError:
@@ -86,22 +89,53 @@ def _cell_attrs(backend: str, method: str, d_model: int, value: float | None) ->
     }
 
 
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def interval_note(row: dict) -> str:
+    """``[1.38, 1.46] n=24``: the speedup's 95% interval and the pairs behind it."""
+    lo, hi, n = row.get("speedup_lo"), row.get("speedup_hi"), row.get("samples")
+    text = "" if _missing(lo) or _missing(hi) else f"[{lo:.2f}, {hi:.2f}]"
+    return f"{text} n={int(n)}".strip() if not _missing(n) else text
+
+
+def flags(row: dict | None) -> str:
+    if row is None:
+        return ""
+    return (" !" if row.get("ci_wide") else "") + (" S" if row.get("suspect") else "")
+
+
+def suspect_rows(ok: pd.DataFrame) -> list[dict[str, str]]:
+    """Rows that contradict physics, with the reason."""
+    if "suspect" not in ok:
+        return []
+    bad = ok[ok["suspect"].fillna(False).astype(bool)]
+    cols = ["backend", "method", "size", "d_model", "layer", "tokens", "suspect_reason"]
+    return [{c: str(r.get(c, "")) for c in cols} for r in bad.to_dict("records")]
+
+
 def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
     """App. D.1 Table 5 per backend: our speedup over 16-bit, the paper's figure beside it."""
     grids = []
     for backend, df in sorted(ok.groupby("backend"), key=lambda kv: str(kv[0])):
         dims, columns = _columns(df)
         ours, paper = _pivot(df, "speedup"), _pivot(df, "paper_speedup")
+        rows_by = {(r["method"], r["d_model"]): r for r in df.to_dict("records")}
         rows = []
         for method in data.sorted_methods(df["method"]):
             cells = []
             for d in dims:
+                row = rows_by.get((method, d))
                 value, ref = _get(ours, method, d), _get(paper, method, d)
+                notes = [interval_note(row)] if row is not None else []
+                notes += [f"paper {fmt(ref)}"] if ref is not None else []
                 cells.append(
                     Cell(
-                        text=fmt(value),
-                        note=f"paper {fmt(ref)}" if ref is not None else "",
+                        text=fmt(value) + flags(row),
+                        note=" · ".join(n for n in notes if n),
                         color=speedup_color(value),
+                        cls="suspect" if row is not None and row.get("suspect") else "",
                         attrs=_cell_attrs(str(backend), method, d, value),
                     )
                 )
@@ -109,8 +143,10 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
         grids.append(
             Grid(
                 f"backend {backend}",
-                f"speedup over the 16-bit baseline (higher is better); layer {layer}, "
-                f"{tokens} tokens; grey: the paper's App. D.1 figure for the same cell",
+                f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
+                f"layer {layer}, {tokens} tokens; grey: 95% interval, samples n, and the paper's "
+                "App. D.1 figure where the paper has this cell; ! interval wider than the run's "
+                "target; S suspect (see below)",
                 columns,
                 rows,
                 "speedup",
@@ -127,17 +163,17 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
             continue
         dims, columns = _columns(df)
         tops = _pivot(df, "tops")
+        roof = _pivot(df, "roofline_share") if df["roofline_share"].notna().any() else None
         rows = []
         for method in data.sorted_methods(df["method"]):
             peak = peaks.get(data.peak_kind(method))
             cells = []
             for d in dims:
-                value = _get(tops, method, d)
-                share = value / peak["tops"] if value is not None and peak else None
+                value, share = _get(tops, method, d), _get(roof, method, d)
                 cells.append(
                     Cell(
                         text=fmt(value, 3),
-                        note=f"{100 * share:.1f}% of peak" if share is not None else "",
+                        note=f"{100 * share:.0f}% of roofline" if share is not None else "",
                         attrs=_cell_attrs(str(backend), method, d, value),
                     )
                 )
@@ -145,7 +181,12 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
                 f"peak {peak['tops']:g} TOPS ({peak['source']})" if peak else "no peak known"
             )
             rows.append(Row(data.method_label(method), f"{method} · {peak_text}", cells))
-        grids.append(Grid(f"backend {backend}", "achieved 1e12 ops/s", columns, rows, "tops"))
+        caption = (
+            "achieved 1e12 ops/s (declared work / median time); grey: share of the row's "
+            "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
+            "intensity when lower)"
+        )
+        grids.append(Grid(f"backend {backend}", caption, columns, rows, "tops"))
     return grids
 
 
@@ -184,25 +225,40 @@ def problem_rows(not_ok: pd.DataFrame) -> list[dict[str, str]]:
     return out
 
 
-def verdict(ratio: float, spread_a, spread_b) -> str:
-    """SAME / FASTER / SLOWER for B against A, inside the runs' own noise band (the larger
-    relative IQR of the two); UNKNOWN when either run recorded no spread."""
-    spreads = [s for s in (spread_a, spread_b) if s is not None and not pd.isna(s)]
-    if len(spreads) < 2:
-        return "unknown"
-    band = max(spreads)
-    if abs(ratio - 1.0) <= band:
-        return "same"
-    return "faster" if ratio < 1.0 else "slower"
+#: Fields each run's row brings to an A/B pair (suffixed _a / _b), enough for the verdict.
+_PAIR_FIELDS = [
+    "size",
+    "median_ms",
+    "rel_spread",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "paired",
+    "paired_rel_spread",
+    "baseline_ms",
+    "samples",
+    "rounds",
+    "status",
+]
 
 
 def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Rows measured in both runs, with the time ratio B/A (below 1: B is faster)."""
-    cols = [*keys, "size", "median_ms", "rel_spread", "speedup"]
+    """Rows measured in both runs, with the time ratio B/A (below 1: B is faster) and the
+    verdict of :func:`kernelbench.verdict.speed_verdict` (the one ``compare`` gives)."""
+    cols = [*keys, *(c for c in _PAIR_FIELDS if c in a_ok.columns and c in b_ok.columns)]
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
     merged["ratio"] = merged["median_ms_b"] / merged["median_ms_a"]
+    merged["verdict"] = [
+        speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0).verdict
+        for rec in merged.to_dict("records")
+    ]
     return merged
+
+
+def _side(rec: dict, suffix: str) -> dict:
+    side = {k[: -len(suffix)]: v for k, v in rec.items() if k.endswith(suffix)}
+    return {**side, "status": side.get("status", "ok")}
 
 
 def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
@@ -212,13 +268,13 @@ def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
     for backend, df in sorted(cell.groupby("backend"), key=lambda kv: str(kv[0])):
         dims, columns = _columns(df)
         ratio = _pivot(df, "ratio")
-        sp_a, sp_b = _pivot(df, "rel_spread_a"), _pivot(df, "rel_spread_b")
+        calls = {(r["method"], r["d_model"]): r["verdict"] for r in df.to_dict("records")}
         rows = []
         for method in data.sorted_methods(df["method"]):
             cells = []
             for d in dims:
                 value = _get(ratio, method, d)
-                call = verdict(value, _get(sp_a, method, d), _get(sp_b, method, d)) if value else ""
+                call = calls.get((method, d), "") if value else ""
                 cells.append(
                     Cell(
                         text=f"{fmt(value, 3)}×" if value is not None else "–",
@@ -233,7 +289,8 @@ def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
             Grid(
                 f"backend {backend}",
                 f"median time B / A (below 1: B is faster); layer {layer}, {tokens} tokens; "
-                "verdict inside the larger relative IQR of the two runs",
+                "verdict of kernelbench compare at zero tolerance: beyond both runs' noise (each "
+                "speedup's 95% interval)",
                 columns,
                 rows,
                 "ratio",
@@ -249,11 +306,7 @@ def ratio_summary(pairs: pd.DataFrame) -> str:
     if ratios.empty:
         return "no matched cell has a time in both runs"
     calls = [
-        verdict(r, a, b)
-        for r, a, b in zip(
-            pairs["ratio"], pairs["rel_spread_a"], pairs["rel_spread_b"], strict=True
-        )
-        if pd.notna(r) and r > 0
+        v for r, v in zip(pairs["ratio"], pairs["verdict"], strict=True) if pd.notna(r) and r > 0
     ]
     counts = ", ".join(f"{calls.count(v)} {v}" for v in ("faster", "same", "slower", "unknown"))
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
