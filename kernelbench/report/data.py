@@ -12,39 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelbench.results import load_env, load_results
-
-#: The paper's App. D.1 rows in the paper's order, then anything else alphabetically.
-#: (Kept here rather than imported from ``kernelbench.backends`` so a report needs no torch.)
-METHOD_ORDER: tuple[str, ...] = (
-    "fp16",
-    "int8_raw",
-    "absmax_torch",
-    "vectorwise_torch",
-    "vectorwise",
-    "llm_int8",
-    "fp32",
-)
-
-#: The paper's wording of each row of App. D.1 Table 5.
-METHOD_LABELS: dict[str, str] = {
-    "fp16": "16-bit baseline",
-    "int8_raw": "int8 without overhead",
-    "absmax_torch": "absmax, PyTorch + NVIDIA",
-    "vectorwise_torch": "vector-wise, PyTorch + NVIDIA",
-    "vectorwise": "vector-wise (custom kernels)",
-    "llm_int8": "LLM.int8() (vector-wise + decomp)",
-    "fp32": "fp32",
-}
-
-#: Per-stage timing fields of ``stages_ms``, in pipeline order.
-STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_product")
+from kernelbench.core import METHOD_LABELS, METHODS
+from kernelbench.core import STAGES as STAGES  # per-stage fields of ``stages_ms``, for plots
+from kernelbench.physics import peaks as peaks  # env.json's peaks, for the tables
+from kernelbench.results import load_env
+from kernelbench.view import load_view
 
 #: App. D.1 measured the first FFN layer at (most likely) 2048 tokens.
 PAPER_LAYER = "ffn1"
 PAPER_TOKENS = 2048
-
-PEAK_SOURCES = ("measured", "datasheet")
 
 
 @dataclass
@@ -75,7 +51,7 @@ class Run:
 def load_run(path: Path) -> Run:
     path = Path(path)
     run_dir = path if path.is_dir() else path.parent
-    rows = load_results(path)
+    rows = load_view(path)
     for col, default in (("stages_ms", None), ("reason", ""), ("size", "")):
         if col not in rows.columns:
             rows[col] = default
@@ -84,9 +60,9 @@ def load_run(path: Path) -> Run:
 
 def method_sort_key(method: str) -> tuple[int, str]:
     try:
-        return (METHOD_ORDER.index(method), method)
+        return (METHODS.index(method), method)
     except ValueError:
-        return (len(METHOD_ORDER), method)
+        return (len(METHODS), method)
 
 
 def sorted_methods(methods) -> list[str]:
@@ -118,33 +94,6 @@ def sizes(df: pd.DataFrame) -> list[tuple[int, str]]:
 def peak_kind(method: str) -> str:
     """Which device peak bounds a method: its own dtype's for the baselines, int8 otherwise."""
     return {"fp16": "16bit", "fp32": "fp32"}.get(method, "int8")
-
-
-def peaks(env: dict, device_class: str) -> dict[str, dict]:
-    """Device peaks from env.json, keyed by kind (``int8``, ``16bit``, ``fp32``).
-
-    Read from ``env["peak"]``: ``{kind: {"tops": float, "source": "measured" | "datasheet",
-    "note": str, "device_class": str (optional: applies to that class only)}}``. Entries without
-    a positive ``tops`` or with another source are ignored: a report never guesses a peak.
-    """
-    found: dict[str, dict] = {}
-    raw = env.get("peak")
-    if not isinstance(raw, dict):
-        return found
-    for kind, entry in raw.items():
-        if not isinstance(entry, dict):
-            continue
-        tops, source = entry.get("tops"), entry.get("source")
-        if not isinstance(tops, (int, float)) or tops <= 0 or source not in PEAK_SOURCES:
-            continue
-        if entry.get("device_class") not in (None, device_class):
-            continue
-        found[str(kind)] = {
-            "tops": float(tops),
-            "source": source,
-            "note": str(entry.get("note", "")),
-        }
-    return found
 
 
 def flat_env(env: dict, prefix: str = "") -> list[tuple[str, str]]:
