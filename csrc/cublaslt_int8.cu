@@ -1,7 +1,7 @@
 // int8 x int8 -> int32 GEMM through cuBLASLt (kernelbench._cuda).
 //
-// UNVERIFIED: compiled against the cuBLASLt 13 headers for sm_80 and sm_90a; not run on a GPU in
-// the session that wrote it.
+// Compiled against the cuBLASLt 13 headers for sm_80 and sm_90a; unverified on a GPU (the
+// backends' verified devices say where it has run).
 //
 // Orderings. kernelbench wants C (m, n) row-major = x (m, k) row-major @ w (n, k)^T, with w in
 // nn.Linear layout. cuBLASLt is column-major, and a row-major (r, c) buffer is the same bytes as

@@ -1,14 +1,21 @@
 // LLM.int8() activation quantization and dequantization kernels (kernelbench._cuda).
 //
-// UNVERIFIED: compiled for sm_80 and sm_90a only; not run on a GPU in the session that wrote it.
+// Compiled for sm_80 and sm_90a; unverified on a GPU (the backends' verified devices say where
+// it has run).
 //
 // Math (kernelbench/quant.py, which the GPU tests compare against):
 //   outlier columns  j with max_i |x_ij| > alpha (or >= alpha), plus the weight's kept rows
 //   row absmax       a_i = max over non-outlier j of |x_ij|   (stored as the absmax itself)
 //   int8             q_ij = clamp(rint(x_ij * (127 / a_i)), -127, 127), 0 for outlier columns,
-//                    0 for the whole row when a_i == 0; rint is round-half-to-even
+//                    0 for the whole row when a_i == 0; rint is round-half-to-even. When
+//                    127 / a_i could overflow float32 (a_i < 2^-64; it does below about
+//                    3.7e-37), x and a_i are both scaled by 2^64 first (exact), so the row
+//                    quantizes as with an unbounded exponent range, never to +-127 everywhere.
 //   dequantize       y_ij = acc_ij * (a_i * (b_j * 1/127^2)) + bias_j + outlier_ij, in fp32
-//                    with the same operation order as quant.dequantize (no FMA contraction)
+//                    with the same operation order as quant.dequantize (no FMA contraction).
+//                    A row whose absmax is outside [2^-32, 2^32] (every row, when some column's
+//                    is) takes the scale product in fp64, rounded once to fp32, as
+//                    quant.dequantize_outer does: in fp32 it could underflow or overflow.
 //
 // Stages:
 //   detect_outliers  per-column max |x| (atomicMax on the float bits, values are >= 0), the
@@ -48,6 +55,12 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+
+// 127 / absmax overflows float32 below about 3.7e-37: rows with an absmax below 2^-64 are
+// scaled by 2^64 (exact; results as with an unbounded exponent range). kernelbench.quant and
+// the Triton quantize kernel use the same two constants.
+constexpr float kTinyAbsmax = 0x1p-64f;
+constexpr float kTinyScale = 0x1p64f;
 
 __device__ __forceinline__ int8_t quant1(float v, float inv) {
   int q = __float2int_rn(__fmul_rn(v, inv));  // round half to even
@@ -89,20 +102,25 @@ __global__ void colmax_kernel(const T* __restrict__ x, int64_t m, int64_t k,
   atomicMax(reinterpret_cast<int*>(colmax + j), __float_as_int(mx));
 }
 
+// Grid-stride loops: the grid is capped (blocks_for), any k or r is covered.
 __global__ void threshold_kernel(const float* __restrict__ colmax, int64_t k, float alpha, int ge,
                                  uint8_t* __restrict__ mask) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= k) return;
-  const float v = colmax[j];
-  mask[j] = static_cast<uint8_t>(ge ? (v >= alpha) : (v > alpha));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < k;
+       j += stride) {
+    const float v = colmax[j];
+    mask[j] = static_cast<uint8_t>(ge ? (v >= alpha) : (v > alpha));
+  }
 }
 
 __global__ void mark_kept_kernel(const int64_t* __restrict__ kept, int64_t r, int64_t k,
                                  uint8_t* __restrict__ mask) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= r) return;
-  const int64_t j = kept[i];
-  if (j >= 0 && j < k) mask[j] = 1;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r;
+       i += stride) {
+    const int64_t j = kept[i];
+    if (j >= 0 && j < k) mask[j] = 1;
+  }
 }
 
 // One block: sorted indices of the set mask entries, and their count.
@@ -170,7 +188,9 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t k,
   }
   mx = block_max(mx);
   if (threadIdx.x == 0) absmax[row] = mx;
-  const float inv = mx > 0.f ? __fdiv_rn(127.0f, mx) : 0.f;
+  // A tiny absmax: scale x and the absmax by 2^64 (exact) so that 127 / absmax stays finite.
+  const float pre = mx < kTinyAbsmax ? kTinyScale : 1.0f;
+  const float inv = mx > 0.f ? __fdiv_rn(127.0f, __fmul_rn(mx, pre)) : 0.f;
   if (VEC) {
     const int64_t nv = k / 8;
     for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
@@ -181,12 +201,14 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t k,
       uint2 packed;
       int8_t* pb = reinterpret_cast<int8_t*>(&packed);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) pb[i] = mb[i] ? int8_t(0) : quant1(to_f(e[i]), inv);
+      for (int i = 0; i < 8; ++i) {
+        pb[i] = mb[i] ? int8_t(0) : quant1(__fmul_rn(to_f(e[i]), pre), inv);
+      }
       reinterpret_cast<uint2*>(qr)[v] = packed;
     }
   } else {
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-      qr[j] = (mask && mask[j]) ? int8_t(0) : quant1(to_f(xr[j]), inv);
+      qr[j] = (mask && mask[j]) ? int8_t(0) : quant1(__fmul_rn(to_f(xr[j]), pre), inv);
     }
   }
   for (int64_t i = threadIdx.x; i < c; i += blockDim.x) outvals[row * c + i] = xr[cols[i]];
@@ -194,10 +216,30 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t k,
 
 // --- fused dequantization ---------------------------------------------------------------------
 
-__device__ __forceinline__ float deq1(int32_t a, float r, float cj, const float* bias,
-                                      const float* outl, int64_t j, int64_t idx) {
+// Absmax scales (or 0) whose fp32 scale product cannot underflow or overflow
+// (kernelbench.quant.SCALE_SAFE).
+constexpr float kScaleSafeLo = 0x1p-32f;
+constexpr float kScaleSafeHi = 0x1p32f;
+
+__device__ __forceinline__ bool scale_safe(float a) {
+  return a == 0.f || (a >= kScaleSafeLo && a <= kScaleSafeHi);
+}
+
+// acc * (row * (col * 1/127^2)), then + bias, then + outlier: quant.dequantize's order; `wide`
+// rows take the scale product in fp64.
+__device__ __forceinline__ float deq_scaled(int32_t a, float r, float cj, bool wide) {
+  if (wide) {
+    constexpr double kDeq64 = 1.0 / (127.0 * 127.0);
+    const double scale = __dmul_rn(static_cast<double>(r), __dmul_rn(cj, kDeq64));
+    return __double2float_rn(__dmul_rn(static_cast<double>(a), scale));
+  }
   constexpr float kDeq = static_cast<float>(1.0 / (127.0 * 127.0));
-  float y = __fmul_rn(__int2float_rn(a), __fmul_rn(r, __fmul_rn(cj, kDeq)));
+  return __fmul_rn(__int2float_rn(a), __fmul_rn(r, __fmul_rn(cj, kDeq)));
+}
+
+__device__ __forceinline__ float deq1(int32_t a, float r, float cj, bool wide, const float* bias,
+                                      const float* outl, int64_t j, int64_t idx) {
+  float y = deq_scaled(a, r, cj, wide);
   if (bias) y = __fadd_rn(y, bias[j]);
   if (outl) y = __fadd_rn(y, outl[idx]);
   return y;
@@ -207,14 +249,16 @@ template <typename T>
 __global__ void dequant_scalar_kernel(const int32_t* __restrict__ acc, int64_t m, int64_t n,
                                       const float* __restrict__ row, const float* __restrict__ col,
                                       const float* __restrict__ bias,
-                                      const float* __restrict__ outl, T* __restrict__ out) {
+                                      const float* __restrict__ outl, int cols_safe,
+                                      T* __restrict__ out) {
   const int64_t total = m * n;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += stride) {
     const int64_t i = idx / n;
     const int64_t j = idx - i * n;
-    out[idx] = from_f<T>(deq1(acc[idx], row[i], col[j], bias, outl, j, idx));
+    const bool wide = !cols_safe || !scale_safe(row[i]);
+    out[idx] = from_f<T>(deq1(acc[idx], row[i], col[j], wide, bias, outl, j, idx));
   }
 }
 
@@ -223,7 +267,7 @@ template <typename T>
 __global__ void dequant_vec_kernel(const int32_t* __restrict__ acc, int64_t m, int64_t n,
                                    const float* __restrict__ row, const float* __restrict__ col,
                                    const float* __restrict__ bias, const float* __restrict__ outl,
-                                   T* __restrict__ out) {
+                                   int cols_safe, T* __restrict__ out) {
   const int64_t total8 = m * n / 8;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < total8;
@@ -246,13 +290,15 @@ __global__ void dequant_vec_kernel(const int32_t* __restrict__ acc, int64_t m, i
       reinterpret_cast<float4*>(oj)[1] = reinterpret_cast<const float4*>(outl + base)[1];
     }
     const float r = row[i];
+    const bool wide = !cols_safe || !scale_safe(r);  // the 8 outputs share row i (n % 8 == 0)
     uint4 packed;
     T* pb = reinterpret_cast<T*>(&packed);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float b = bias ? bj[e] : 0.f;
-      const float o = outl ? oj[e] : 0.f;
-      pb[e] = from_f<T>(deq1(a[e], r, cj[e], bias ? &b : nullptr, outl ? &o : nullptr, 0, 0));
+      float y = deq_scaled(a[e], r, cj[e], wide);
+      if (bias) y = __fadd_rn(y, bj[e]);
+      if (outl) y = __fadd_rn(y, oj[e]);
+      pb[e] = from_f<T>(y);
     }
     reinterpret_cast<uint4*>(out + base)[0] = packed;
   }
@@ -344,9 +390,9 @@ void quantize_rows(std::uintptr_t x, int64_t m, int64_t k, int dtype, std::uintp
                    std::uintptr_t outvals, std::uintptr_t stream) {
   require(m >= 0 && k > 0 && c >= 0 && c <= k, "quantize_rows: bad sizes");
   require(m <= INT32_MAX, "quantize_rows: m must fit in int32 (one block per row)");
+  if (m == 0) return;  // nothing to write: the (empty) outputs may be null pointers
   require(c == 0 || (cols && outvals && mask), "quantize_rows: outlier columns need mask, "
                                                "cols and outvals pointers");
-  if (m == 0) return;
   require(x && q && absmax, "quantize_rows: null pointer");
   const cudaStream_t s = as_stream(stream);
   if (dtype == kFloat16) {
@@ -360,20 +406,21 @@ void quantize_rows(std::uintptr_t x, int64_t m, int64_t k, int dtype, std::uintp
 
 template <typename T>
 void launch_dequant(const int32_t* acc, int64_t m, int64_t n, const float* row, const float* col,
-                    const float* bias, const float* outl, T* out, bool vec, cudaStream_t s) {
+                    const float* bias, const float* outl, int cols_safe, T* out, bool vec,
+                    cudaStream_t s) {
   if (vec) {
-    dequant_vec_kernel<T><<<blocks_for(m * n / 8, kThreads), kThreads, 0, s>>>(acc, m, n, row,
-                                                                               col, bias, outl, out);
+    dequant_vec_kernel<T><<<blocks_for(m * n / 8, kThreads), kThreads, 0, s>>>(
+        acc, m, n, row, col, bias, outl, cols_safe, out);
   } else {
-    dequant_scalar_kernel<T><<<blocks_for(m * n, kThreads), kThreads, 0, s>>>(acc, m, n, row, col,
-                                                                              bias, outl, out);
+    dequant_scalar_kernel<T><<<blocks_for(m * n, kThreads), kThreads, 0, s>>>(
+        acc, m, n, row, col, bias, outl, cols_safe, out);
   }
   launch_check("dequantize kernel");
 }
 
 void dequantize(std::uintptr_t acc, int64_t m, int64_t n, std::uintptr_t row, std::uintptr_t col,
                 std::uintptr_t bias, std::uintptr_t outl, std::uintptr_t out, int out_dtype,
-                std::uintptr_t stream) {
+                bool cols_safe, std::uintptr_t stream) {
   require(m >= 0 && n > 0, "dequantize: bad sizes");
   if (m == 0) return;
   require(acc && row && col && out, "dequantize: null pointer");
@@ -386,9 +433,10 @@ void dequantize(std::uintptr_t acc, int64_t m, int64_t n, std::uintptr_t row, st
   const auto* b = as_ptr<const float>(bias);
   const auto* o = as_ptr<const float>(outl);
   if (out_dtype == kFloat16) {
-    launch_dequant<__half>(a, m, n, r, c, b, o, as_ptr<__half>(out), vec, s);
+    launch_dequant<__half>(a, m, n, r, c, b, o, cols_safe, as_ptr<__half>(out), vec, s);
   } else if (out_dtype == kBFloat16) {
-    launch_dequant<__nv_bfloat16>(a, m, n, r, c, b, o, as_ptr<__nv_bfloat16>(out), vec, s);
+    launch_dequant<__nv_bfloat16>(a, m, n, r, c, b, o, cols_safe, as_ptr<__nv_bfloat16>(out), vec,
+                                  s);
   } else {
     throw std::invalid_argument("dequantize: output must be float16 or bfloat16");
   }
@@ -411,7 +459,7 @@ py::dict runtime_info() {
 PYBIND11_MODULE(_cuda, m) {
   m.doc() =
       "kernelbench CUDA kernels (LLM.int8() quantize/dequantize, cuBLASLt int8 GEMM). "
-      "UNVERIFIED: compiled only, not run on a GPU when written. Raw device pointers as ints.";
+      "Unverified on a GPU until a backend lists a verified CUDA device. Raw device pointers as ints.";
   m.attr("FLOAT16") = static_cast<int>(kb::kFloat16);
   m.attr("BFLOAT16") = static_cast<int>(kb::kBFloat16);
   m.attr("FLOAT32") = static_cast<int>(kb::kFloat32);
@@ -426,8 +474,9 @@ PYBIND11_MODULE(_cuda, m) {
         "Row absmax without masked columns, int8 (masked columns 0), gather of the c columns.");
   m.def("dequantize", &kb::dequantize, py::arg("acc"), py::arg("m"), py::arg("n"), py::arg("row"),
         py::arg("col"), py::arg("bias"), py::arg("outlier"), py::arg("out"), py::arg("out_dtype"),
-        py::arg("stream"),
-        "out = acc * row * col / 127^2 (+ bias f32 (n)) (+ outlier f32 (m, n)); 0 = absent.");
+        py::arg("cols_safe"), py::arg("stream"),
+        "out = acc * row * col / 127^2 (+ bias f32 (n)) (+ outlier f32 (m, n)); 0 = absent. "
+        "cols_safe: every col in [2^-32, 2^32] or 0 (else every row takes an fp64 scale).");
   m.def("runtime_info", &kb::runtime_info, "CUDA runtime and driver versions.");
   kb::register_cublaslt(m);
 }

@@ -1,7 +1,7 @@
 // CUTLASS int8 GEMM with a fused LLM.int8() dequantize epilogue (kernelbench._cutlass).
 //
-// UNVERIFIED: compiled for sm_80 / sm_90a against the CUTLASS 4.2 headers; never run on a GPU in
-// the session that wrote it.
+// Compiled for sm_80 / sm_90a against the CUTLASS 4.2 headers; unverified on a GPU (the
+// backends' verified devices say where it has run).
 //
 // out (m, n) fp16/bf16 = float(a (m, k) int8 @ b (n, k)^T int8, int32 accumulation)
 //                        * row_scale[i] * col_scale[j] + bias[j] + outlier[i, j]
@@ -20,11 +20,14 @@
 
 #include <cuda_runtime.h>
 
+#include "kb_dtype.h"
+
 namespace kb {
 namespace cutlass_int8 {
 
-// Element type codes: the same numbers as kb::DType in kb_cuda.cuh (fp16 = 0, bf16 = 1).
-enum OutDType : int { kOutFloat16 = 0, kOutBFloat16 = 1 };
+// Output element type codes: kb::DType (kb_dtype.h), the codes of every kernelbench extension.
+constexpr int kOutFloat16 = dtype_code(DType::F16);
+constexpr int kOutBFloat16 = dtype_code(DType::BF16);
 
 // Tile configurations. kAuto picks by m (see select_tile in cutlass_int8.cu).
 enum Tile : int { kAuto = -1, kSmallM = 0, kLarge = 1 };

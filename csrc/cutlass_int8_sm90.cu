@@ -3,20 +3,22 @@
 // CUTLASS 3.x: collective builders, TMA loads + wgmma (int8 x int8 -> int32), warp-specialized
 // kernel schedule, persistent tile scheduler, and an epilogue visitor tree (EVT):
 //
-//   D = plus( multiply_add( RowScale, multiplies(ColScale, Acc), Bias ), Outlier )  -> fp16/bf16
+//   D = [plus]( multiply_add( RowScale, multiplies(ColScale, Acc), Bias ) [, Outlier] ) -> fp16/bf16
 //
 // RowScale  = Sm90ColBroadcast: one fp32 per output ROW (the activation absmax), M-stride 1.
 // ColScale  = Sm90RowBroadcast: one fp32 per output COLUMN (weight absmax * 1/127^2).
 // Bias      = Sm90RowBroadcast with a null-pointer fallback to 0 (bias is optional).
-// Outlier   = Sm90AuxLoad (TMA) of the fp32 (m, n) outlier product, null pointer -> 0, so one
-//             instance serves layers with and without outlier columns. Its smem layout and
-//             S2R copy come from CUTLASS's EpilogueDescriptor / AuxLoadDescriptor helpers.
+// Outlier   = Sm90AuxLoad (TMA) of the fp32 (m, n) outlier product. Its smem layout and S2R
+//             copy come from CUTLASS's EpilogueDescriptor / AuxLoadDescriptor helpers. The tree
+//             comes in two variants, with and without this node: a call without outlier
+//             columns never builds a TMA descriptor from a null pointer (as in the sm80 code).
 // Acc is converted int32 -> fp32 by the first compute node (exact below 2^24, then rounded the
 // way torch's acc.float() rounds).
 //
-// Instances (2 tiles x 2 output types = 4):
+// Instances (2 tiles x 2 output types x {outlier, none} = 8):
 //   kSmallM: 64 x 128 x 128 tile, cluster 1x1x1, KernelTmaWarpSpecialized (one consumer
-//            warpgroup): decode-sized m (<= 64) wastes at most half of a 128-row tile.
+//            warpgroup, persistent scheduler as below): decode-sized m (<= 64) wastes at most
+//            half of a 128-row tile.
 //   kLarge:  128 x 128 x 128 tile, cluster 1x1x1, KernelTmaWarpSpecializedCooperative (two
 //            consumer warpgroups on one tile): the usual large-GEMM int8 shape.
 // Cluster 1x1x1 keeps every m and n legal (no cluster-divisibility launch constraint).
@@ -33,6 +35,7 @@
 #include <cutlass/util/packed_stride.hpp>
 // clang-format on
 
+#include <type_traits>
 #include <utility>
 
 #include "cutlass_int8.cuh"
@@ -56,7 +59,7 @@ struct Sm90Only : Kernel {
 };
 
 template <class ElementD, class TileShape, class ClusterShape, class KernelSchedule,
-          class EpilogueSchedule>
+          class EpilogueSchedule, bool WithOutlier>
 struct Sm90FusedGemm {
   using ElementAB = int8_t;
   using ElementAcc = int32_t;
@@ -85,12 +88,15 @@ struct Sm90FusedGemm {
 
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
   using Mul = cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>;
-  using Fma = cutlass::epilogue::fusion::Sm90Compute<cutlass::multiply_add, float, float, kRound>;
+  // Without the outlier node the multiply_add is the root and writes ElementD itself.
+  using Fma = cutlass::epilogue::fusion::Sm90Compute<
+      cutlass::multiply_add, std::conditional_t<WithOutlier, float, ElementD>, float, kRound>;
   using Add = cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, ElementD, float, kRound>;
 
   using Scaled = cutlass::epilogue::fusion::Sm90EVT<Mul, ColScale, Acc>;
   using Biased = cutlass::epilogue::fusion::Sm90EVT<Fma, RowScale, Scaled, Bias>;
-  using Tree = cutlass::epilogue::fusion::Sm90EVT<Add, Biased, Outlier>;
+  using WithAux = cutlass::epilogue::fusion::Sm90EVT<Add, Biased, Outlier>;
+  using Tree = std::conditional_t<WithOutlier, WithAux, Biased>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -118,6 +124,9 @@ void cutlass_check(cutlass::Status st, const char* what) {
 }
 
 template <class Config>
+constexpr bool WithOutlierTree = std::is_same_v<typename Config::Tree, typename Config::WithAux>;
+
+template <class Config>
 void run_instance(const Problem& p) {
   using Gemm = typename Config::Gemm;
   using StrideA = typename Gemm::GemmKernel::StrideA;
@@ -130,13 +139,18 @@ void run_instance(const Problem& p) {
   StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(p.n, p.k, 1));
   StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(p.m, p.n, 1));
   StrideC sc = cutlass::make_cute_packed_stride(StrideC{}, make_shape(p.m, p.n, 1));
-  typename Config::AuxDesc::Stride s_aux{};
-  s_aux = cutlass::make_cute_packed_stride(s_aux, make_shape(p.m, p.n, 1));
-
   // EVT arguments mirror the tree: {children..., node op}.
   typename Config::Scaled::Arguments scaled{{p.col_scale}, {}, {}};
   typename Config::Biased::Arguments biased{{p.row_scale}, scaled, {p.bias}, {}};
-  typename Config::Tree::Arguments tree{biased, {p.outlier, 0.f, s_aux}, {}};
+  typename Config::Tree::Arguments tree = [&] {
+    if constexpr (WithOutlierTree<Config>) {
+      typename Config::AuxDesc::Stride s_aux{};
+      s_aux = cutlass::make_cute_packed_stride(s_aux, make_shape(p.m, p.n, 1));
+      return typename Config::Tree::Arguments{biased, {p.outlier, 0.f, s_aux}, {}};
+    } else {
+      return biased;
+    }
+  }();
 
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
@@ -164,12 +178,23 @@ using EpiSmall = cutlass::epilogue::TmaWarpSpecialized;
 using SchedLarge = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpiLarge = cutlass::epilogue::TmaWarpSpecializedCooperative;
 
+template <class ElementD, bool WithOutlier>
+void run_tile(const Problem& p, int tile) {
+  if (tile == kSmallM) {
+    run_instance<Sm90FusedGemm<ElementD, TileSmall, Cluster1, SchedSmall, EpiSmall, WithOutlier>>(
+        p);
+  } else {
+    run_instance<Sm90FusedGemm<ElementD, TileLarge, Cluster1, SchedLarge, EpiLarge, WithOutlier>>(
+        p);
+  }
+}
+
 template <class ElementD>
 void run_typed(const Problem& p, int tile) {
-  if (tile == kSmallM) {
-    run_instance<Sm90FusedGemm<ElementD, TileSmall, Cluster1, SchedSmall, EpiSmall>>(p);
+  if (p.outlier) {
+    run_tile<ElementD, true>(p, tile);
   } else {
-    run_instance<Sm90FusedGemm<ElementD, TileLarge, Cluster1, SchedLarge, EpiLarge>>(p);
+    run_tile<ElementD, false>(p, tile);
   }
 }
 
@@ -187,8 +212,9 @@ void run_sm90(const Problem& p, int out_dtype, int tile) {
 }
 
 const char* sm90_instances() {
-  return "sm90 {fp16,bf16} x {small_m: 64x128x128 TmaWarpSpecialized, "
-         "large: 128x128x128 TmaWarpSpecializedCooperative}, cluster 1x1x1, persistent";
+  return "sm90 {fp16,bf16} x {outlier load, none} x {small_m: 64x128x128 "
+         "TmaWarpSpecialized, large: 128x128x128 TmaWarpSpecializedCooperative}, cluster 1x1x1, "
+         "persistent";
 }
 
 }  // namespace cutlass_int8

@@ -1,7 +1,7 @@
 // Shared declarations of the kernelbench CUDA extension (kernelbench._cuda).
 //
-// Everything GPU-side here is UNVERIFIED: compiled for sm_80 / sm_90a, never run on a GPU in
-// the session that wrote it. Functions take raw device pointers as integers (from
+// GPU-side code compiled for sm_80 / sm_90a; its verification status is data (the backends'
+// verified devices). Functions take raw device pointers as integers (from
 // torch.Tensor.data_ptr()), sizes, and a cudaStream_t as an integer, so the module needs no
 // torch headers. Errors become C++ exceptions, which pybind11 turns into Python RuntimeError.
 #pragma once
@@ -12,10 +12,14 @@
 
 #include <cuda_runtime.h>
 
+#include "kb_dtype.h"
+
 namespace kb {
 
-// Element type codes shared with kernelbench/cuda_ext.py.
-enum DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat32 = 2 };
+// Element type codes (kb_dtype.h), as ints: the extension functions take the code.
+constexpr int kFloat32 = dtype_code(DType::F32);
+constexpr int kFloat16 = dtype_code(DType::F16);
+constexpr int kBFloat16 = dtype_code(DType::BF16);
 
 inline void cuda_check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {

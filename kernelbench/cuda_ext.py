@@ -1,7 +1,8 @@
 """Checked Python wrappers around the CUDA extension ``kernelbench._cuda``.
 
-UNVERIFIED: the kernels were compiled (sm_80, sm_90a) but never run on a GPU in the session that
-wrote them; only the argument checks and availability reasons are tested on CPU.
+The kernels are compiled for sm_80 and sm_90a and unverified on a GPU until a backend lists a
+verified CUDA device; on CPU the argument checks, the availability reasons and the calls made
+into the extension (with a recording stand-in) are tested.
 
 The extension takes raw device pointers, so every wrapper validates its arguments first and
 raises :class:`kernelbench.checks.InputError` with the problem named. Checks run in this order
@@ -10,14 +11,16 @@ shapes, the size/alignment rules below, device, then the extension's presence.
 
 Exact rules:
 
-* ``int8_gemm(a, b)``: ``a`` (m, k) and ``b`` (n, k) int8, contiguous, on one CUDA device;
-  **k and n multiples of 16**, ``a.data_ptr()``, ``b.data_ptr()`` (and ``out``'s) multiples of
-  16 bytes; m >= 0 is free (m == 0 returns an empty result without a launch). cuBLASLt's
-  heuristic is told the operands are 16-byte aligned, and with k, n multiples of 16 every row of
-  a, b and the int32 output starts 16-byte aligned too.
-* ``detect_outliers`` / ``quantize_rows``: ``x`` (m, k) float16 or bfloat16, contiguous, CUDA,
-  any m >= 0 and k >= 1. The 16-byte vector path is taken when k % 8 == 0 and the pointers are
-  16-byte aligned; otherwise a scalar path runs (same results).
+* ``int8_gemm(a, b)``: ``a`` (m, k) and ``b`` (n, k) int8, contiguous, on one CUDA device; **k and n
+  multiples of 16** and k <= 133144 (``k * 127^2`` fits the int32 accumulator; the backends pad k
+  and n with zeros, :mod:`kernelbench.padding`), ``a.data_ptr()``, ``b.data_ptr()`` (and ``out``'s)
+  multiples of 16 bytes; m >= 0 is free (m == 0 returns an empty result without a launch).
+  cuBLASLt's heuristic is told the operands are 16-byte aligned, and with k, n multiples of 16 every
+  row of a, b and the int32 output starts 16-byte aligned too.
+* ``detect_outliers`` / ``quantize_rows``: ``x`` (m, k) float16 or bfloat16, contiguous, CUDA, any m
+  >= 0 and k >= 1 (m == 0: empty results, no call into the extension). The 16-byte vector path is
+  taken when k % 8 == 0 and the pointers are 16-byte aligned; otherwise a scalar path runs (same
+  results).
 * ``dequantize``: ``acc`` (m, n) int32; scales, bias and the outlier product float32; output
   float16 or bfloat16; any n >= 1 (vector path when n % 8 == 0 and all pointers are 16-byte
   aligned).
@@ -30,9 +33,11 @@ from __future__ import annotations
 
 import torch
 
+from kernelbench import quant
 from kernelbench.checks import check_tensor as _check_tensor
 from kernelbench.checks import require as _require
 from kernelbench.checks import same_cuda_device as _check_device
+from kernelbench.padding import MAX_K
 
 try:  # the module is only built where a CUDA toolchain was found (cmake/cuda.cmake)
     from kernelbench import _cuda as _ext  # type: ignore[attr-defined]
@@ -46,7 +51,8 @@ except Exception as exc:  # ImportError, or OSError when libcublasLt cannot be l
 GEMM_ALIGN_BYTES = 16
 GEMM_DIM_MULTIPLE = 16
 
-_DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+#: Element type codes of every kernelbench extension (csrc/kb_dtype.h: kb::DType).
+DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
@@ -122,6 +128,7 @@ def check_gemm_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | No
         k % GEMM_DIM_MULTIPLE == 0 and n % GEMM_DIM_MULTIPLE == 0,
         f"the cuBLASLt int8 GEMM needs k and n multiples of {GEMM_DIM_MULTIPLE}, got k={k}, n={n}",
     )
+    _require(k <= MAX_K, f"k must be <= {MAX_K} (int32 accumulator: k * 127^2 < 2^31), got k={k}")
     _check_aligned(a, "a")
     _check_aligned(b, "b")
     if out is not None:
@@ -131,7 +138,7 @@ def check_gemm_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | No
 
 
 def int8_gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``a (m, k) @ b (n, k).T`` exactly, int32 (m, n), through cuBLASLt. UNVERIFIED."""
+    """``a (m, k) @ b (n, k).T`` exactly, int32 (m, n), through cuBLASLt."""
     check_gemm_operands(a, b, out)
     m, k = a.shape
     n = b.shape[0]
@@ -152,14 +159,14 @@ def int8_gemm_outer_scaled(
     b_scale: torch.Tensor,
     out_dtype: torch.dtype = torch.float16,
 ) -> torch.Tensor:
-    """EXPERIMENTAL, UNVERIFIED: ``outer(a_scale, b_scale) * (a @ b.T)`` in one cuBLASLt call
+    """EXPERIMENTAL: ``outer(a_scale, b_scale) * (a @ b.T)`` in one cuBLASLt call
     with the OUTER_VEC_32F scale mode. cuBLASLt may not support this mode for int8: the call then
     raises RuntimeError with cuBLASLt's status. Nothing in kernelbench depends on it."""
     check_gemm_operands(a, b)
     m, n = a.shape[0], b.shape[0]
     _check_tensor(a_scale, "a_scale", (torch.float32,), (m,))
     _check_tensor(b_scale, "b_scale", (torch.float32,), (n,))
-    _require(out_dtype in _DTYPE_CODES, f"out_dtype must be fp16/bf16/fp32, got {out_dtype}")
+    _require(out_dtype in DTYPE_CODES, f"out_dtype must be fp16/bf16/fp32, got {out_dtype}")
     dev = _check_device([("a", a), ("a_scale", a_scale), ("b_scale", b_scale)])
     out = torch.empty((m, n), dtype=out_dtype, device=dev)
     if m == 0:
@@ -172,7 +179,7 @@ def int8_gemm_outer_scaled(
             a_scale.data_ptr(),
             b_scale.data_ptr(),
             out.data_ptr(),
-            _DTYPE_CODES[out_dtype],
+            DTYPE_CODES[out_dtype],
             m,
             n,
             a.shape[1],
@@ -188,7 +195,7 @@ def detect_outliers(
     kept_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted int64 outlier columns of ``x`` (some ``|x| > alpha``, or ``>=``) plus
-    ``kept_rows``, and the (k,) uint8 mask. One host sync (the count). UNVERIFIED."""
+    ``kept_rows``, and the (k,) uint8 mask. One host sync (the count)."""
     _check_tensor(x, "x", SIXTEEN_BIT, (-1, -1))
     _require(x.shape[1] > 0, f"x has no columns: shape {tuple(x.shape)}")
     _require(cmp in (">", ">="), f"cmp must be '>' or '>=', got {cmp!r}")
@@ -207,7 +214,7 @@ def detect_outliers(
             _ptr(x),
             m,
             k,
-            _DTYPE_CODES[x.dtype],
+            DTYPE_CODES[x.dtype],
             float(alpha),
             cmp == ">=",
             _ptr(kept_rows),
@@ -228,7 +235,8 @@ def quantize_rows(
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """int8 (m, k) with the ``mask`` columns zeroed, float32 row absmax over the other columns,
-    and ``x[:, cols]`` (m, c). ``out`` = preallocated (int8, absmax, values). UNVERIFIED."""
+    and ``x[:, cols]`` (m, c). ``out`` = preallocated (int8, absmax, values). With m == 0 the
+    (empty) outputs are returned without a call into the extension."""
     _check_tensor(x, "x", SIXTEEN_BIT, (-1, -1))
     m, k = x.shape
     _require(k > 0, f"x has no columns: shape {tuple(x.shape)}")
@@ -252,13 +260,15 @@ def quantize_rows(
     dev = _check_device(
         [("x", x), ("mask", mask), ("cols", cols), ("q", q), ("absmax", amax), ("values", vals)]
     )
+    if m == 0:
+        return q, amax, vals
     ext = _require_ext()
     with torch.cuda.device(dev):
         ext.quantize_rows(
             _ptr(x),
             m,
             k,
-            _DTYPE_CODES[x.dtype],
+            DTYPE_CODES[x.dtype],
             _ptr(mask) if c else 0,
             _ptr(cols),
             c,
@@ -278,9 +288,13 @@ def dequantize(
     outlier: torch.Tensor | None,
     out_dtype: torch.dtype,
     out: torch.Tensor | None = None,
+    cols_safe: bool | None = None,
 ) -> torch.Tensor:
     """``acc * row_absmax x col_absmax / 127^2 + bias + outlier`` in fp32, stored as
-    ``out_dtype`` (fp16/bf16). ``bias`` (n,) and ``outlier`` (m, n) float32 or None. UNVERIFIED."""
+    ``out_dtype`` (fp16/bf16). ``bias`` (n,) and ``outlier`` (m, n) float32 or None.
+    ``cols_safe``: whether every column absmax is a float32-safe scale
+    (:func:`kernelbench.quant.scale_is_safe`; else every row takes an fp64 scale, as
+    :func:`kernelbench.quant.dequantize_outer`); ``None`` computes it here (one host sync)."""
     _check_tensor(acc, "acc", (torch.int32,), (-1, -1))
     m, n = acc.shape
     _require(n > 0, f"acc has no columns: shape {tuple(acc.shape)}")
@@ -307,6 +321,8 @@ def dequantize(
     if m == 0:
         return out
     ext = _require_ext()
+    if cols_safe is None:
+        cols_safe = bool(quant.scale_is_safe(col_absmax).all())
     with torch.cuda.device(dev):
         ext.dequantize(
             acc.data_ptr(),
@@ -317,7 +333,8 @@ def dequantize(
             _ptr(bias),
             _ptr(outlier),
             out.data_ptr(),
-            _DTYPE_CODES[out_dtype],
+            DTYPE_CODES[out_dtype],
+            cols_safe,
             _stream(dev),
         )
     return out

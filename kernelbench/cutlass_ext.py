@@ -1,8 +1,8 @@
 """Checked Python wrappers around the CUTLASS extension ``kernelbench._cutlass``.
 
-UNVERIFIED: the CUTLASS kernels were compiled (sm_80 with CUTLASS 2.x, sm_90a with CUTLASS 3.x)
-but never run on a GPU in the session that wrote them; only the argument checks and the
-availability reasons are tested on CPU.
+The CUTLASS kernels are compiled (sm_80 with CUTLASS 2.x, sm_90a with CUTLASS 3.x) and
+unverified on a GPU until the ``cutlass`` backend lists a verified CUDA device; on CPU the
+argument checks and the availability reasons are tested.
 
 One operation, :func:`fused_int8_linear`: an int8 x int8 GEMM with int32 accumulation whose
 epilogue applies LLM.int8()'s dequantization and writes 16-bit output directly (no int32
@@ -15,7 +15,8 @@ Exact rules (checked in this order, before any GPU work, so they fail the same w
 machine: dtype, rank, contiguity, shapes, sizes, alignment, device, then the extension):
 
 * ``a`` (m, k) and ``b`` (n, k) int8, contiguous (``b`` in nn.Linear layout);
-* **k and n positive multiples of 16**; m >= 0 free (m == 0 returns an empty result without
+* **k and n positive multiples of 16**, k <= 133144 (``k * 127^2`` fits the int32 accumulator; the
+  ``cutlass`` backend pads k and n with zeros); m >= 0 free (m == 0 returns an empty result without
   a launch);
 * ``row_absmax`` (m,), ``col_scale`` (n,) (= weight column absmax / 127^2, see
   :func:`col_scale`), ``bias`` (n,) or None, ``outlier`` (m, n) or None: all float32,
@@ -38,6 +39,8 @@ import torch
 from kernelbench.checks import check_tensor as _check_tensor
 from kernelbench.checks import require as _require
 from kernelbench.checks import same_cuda_device as _check_device
+from kernelbench.cuda_ext import DTYPE_CODES
+from kernelbench.padding import MAX_K
 from kernelbench.quant import DEQUANT_CONSTANT
 
 try:  # only built where nvcc and the CUTLASS headers were found (cmake/cuda.cmake)
@@ -59,7 +62,7 @@ TILES = {"auto": -1, "small_m": 0, "large": 1}
 SUPPORTED_ARCH = "compute capability 8.x (sm_80 instances) or 9.0 (sm_90a instances)"
 
 SIXTEEN_BIT = (torch.float16, torch.bfloat16)
-_DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1}
+_DTYPE_CODES = {t: DTYPE_CODES[t] for t in SIXTEEN_BIT}
 
 
 class CutlassExtensionUnavailable(RuntimeError):
@@ -139,6 +142,8 @@ def check_shape_rule(m: int, k: int, n: int) -> str | None:
             f"the CUTLASS int8 GEMM needs k and n positive multiples of {DIM_MULTIPLE}, "
             f"got k={k}, n={n}"
         )
+    if k > MAX_K:
+        return f"the CUTLASS int8 GEMM needs k <= {MAX_K} (int32 accumulator), got k={k}"
     if max(m, n, k) >= 2**31:
         return f"the CUTLASS int8 GEMM needs m, n, k < 2^31, got m={m}, n={n}, k={k}"
     return None
@@ -214,7 +219,7 @@ def fused_int8_linear(
     """``float(a @ b.T) * outer(row_absmax, col_scale) + bias + outlier`` as ``out_dtype``, in
     one CUTLASS kernel (epilogue-fused dequantize). ``col_scale`` is ``col_absmax / 127^2``
     (:func:`col_scale`). ``tile``: ``auto`` (small-M tile for m <= 64), ``small_m`` or
-    ``large``. UNVERIFIED (compiled only)."""
+    ``large``."""
     _require(tile in TILES, f"tile must be one of {', '.join(TILES)}, got {tile!r}")
     dev = check_fused_operands(a, b, row_absmax, col_scale, bias, outlier, out_dtype, out)
     m, k = a.shape
