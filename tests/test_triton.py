@@ -23,8 +23,9 @@ stage's output, which is judged here:
 * bad input raises :class:`kernelbench.checks.InputError`.
 
 Shape rule: any m >= 0, n >= 1, 1 <= k <= 133144 (int32 accumulator); no alignment required
-(ragged tiles are masked), so the cases include m=37, k=40, n=24. The GPU path is not tested
-here (no GPU in the session that wrote it): UNVERIFIED.
+(ragged tiles are masked), so the cases include m=37, k=40, n=24, and shapes spanning several
+tiles in m, n and k (several K iterations, ragged last tiles). A row with an absmax of 1e-38
+quantizes as with an unbounded float32 exponent range. The GPU path is not tested here.
 """
 
 from __future__ import annotations
@@ -103,7 +104,27 @@ def _cases(randn, outliers) -> list[dict]:
     ties[:, 0] = 254.0
     cases.append(_case("ties_bf16_16x32x16", "vectorwise", ties.to(bf), randn(g, 16, 32)))
     cases.append(_case("empty_m0", "llm_int8", randn(g, 0, 32), randn(g, 16, 32)))
+    # several tiles in m, n and k: GROUP_M swizzle, K loop, ragged last tiles
+    x, _ = outliers(g, 150, 300, n_outlier_dims=3)
+    cases.append(_case("multi_llm_int8_bf16_150x300x200", "llm_int8", x, randn(g, 200, 300),
+                       randn(g, 200, dtype=bf)))  # fmt: skip
+    cases.append(_case("multi_vectorwise_fp16_257x520x130", "vectorwise",
+                       randn(g, 257, 520, dtype=f16), randn(g, 130, 520, dtype=f16)))  # fmt: skip
+    x, _ = outliers(g, 1, 300, n_outlier_dims=2)
+    cases.append(_case("multi_llm_int8_bf16_1x300x260", "llm_int8", x, randn(g, 260, 300)))
+    cases.append(_case("multi_int8_raw_130x17x33", "int8_raw", randn(g, 130, 17), randn(g, 33, 17)))
+    x, _ = outliers(g, 1100, 40, n_outlier_dims=2, dtype=f16)
+    cases.append(_case("multi_llm_int8_fp16_1100x40x24", "llm_int8", x,
+                       randn(g, 24, 40, dtype=f16), randn(g, 24, dtype=f16)))  # fmt: skip
+    # tiny row absmax: 127 / 1e-38 overflows float32. float32 input: the interpreter's own
+    # bf16 -> fp32 conversion mangles bf16 subnormals (a GPU converts them exactly).
+    x = randn(g, 4, 64, dtype=torch.float32)
+    x[1] = x[1] * 1e-38 / x[1].abs().amax()
+    cases.append(_case(TINY, "vectorwise", x, randn(g, 16, 64, dtype=torch.float32)))
     return cases
+
+
+TINY = "tiny_absmax_fp32_4x64x16"
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +158,11 @@ CASE_NAMES = [
     "int8_raw_20x48x16",
     "ties_bf16_16x32x16",
     "empty_m0",
+    "multi_llm_int8_bf16_150x300x200",
+    "multi_vectorwise_fp16_257x520x130",
+    "multi_llm_int8_bf16_1x300x260",
+    "multi_int8_raw_130x17x33",
+    "multi_llm_int8_fp16_1100x40x24",
 ]
 
 
@@ -192,7 +218,7 @@ def test_int8_product_is_exact(interp, name):
     assert torch.equal(out["acc"].to(torch.int64), oracle.int_product(out["q"], pw.int8))
 
 
-@pytest.mark.parametrize("name", [n for n in CASE_NAMES if not n.startswith("int8_raw")])
+@pytest.mark.parametrize("name", [n for n in CASE_NAMES if "int8_raw" not in n])
 @pytest.mark.parametrize("what", ["linear", "runner", "staged"])
 def test_output_matches_oracle(interp, check_oracle, name, what):
     c, out, cfg, _ = _get(interp, name)
@@ -201,6 +227,22 @@ def test_output_matches_oracle(interp, check_oracle, name, what):
     check_oracle(
         y, c["method"], c["x"], c["weight"], c["bias"], cfg, c["kept_rows"], what=f"{name} {what}"
     )
+
+
+def test_tiny_absmax_row_quantizes_like_an_unbounded_exponent(interp):
+    """Row 1 has absmax 1e-38: 127/absmax overflows float32. The kernel scales the row by 2^64
+    (exact), so its codes are float32's with an unbounded exponent range: those of the scaled
+    row, and within one near-tie step of the float64 oracle's; never +-127 everywhere."""
+    c, out, _, _ = _get(interp, TINY)
+    x = c["x"]
+    cols = torch.zeros(0, dtype=torch.int64)
+    scaled = quant.quantize_activation(x.float() * 2.0**64, cols)
+    assert torch.equal(out["q"][1], scaled.int8[1])
+    assert torch.equal(out["q"][[0, 2, 3]], quant.quantize_activation(x, cols).int8[[0, 2, 3]])
+    assert float(out["absmax"][1]) == float(x[1].float().abs().amax())
+    ref64 = quant.quantize_activation(x, cols, torch.float64).int8
+    assert int((out["q"].int() - ref64.int()).abs().max()) <= 1
+    assert int((out["q"][1].abs() == 127).sum()) < 8
 
 
 def test_int8_raw_runner_is_exact(interp, tolerance):
@@ -216,7 +258,7 @@ def test_int8_raw_runner_is_exact(interp, tolerance):
     assert bool((err <= tolerance("int8_raw", c["x"], c["weight"], None, cfg)).all())
 
 
-@pytest.mark.parametrize("name", [n for n in CASE_NAMES if not n.startswith("int8_raw")])
+@pytest.mark.parametrize("name", [n for n in CASE_NAMES if "int8_raw" not in n])
 def test_staged_dequantize_equals_fused_epilogue(interp, name):
     _, out, _, _ = _get(interp, name)
     assert torch.equal(out["staged"], out["linear"])

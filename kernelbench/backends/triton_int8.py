@@ -8,9 +8,11 @@ Kernels (built lazily on first use; importing this module never imports triton):
   indices taken in torch (one host sync for the outlier count, as every backend does).
 * ``_quantize_kernel``: one program per block of rows. Pass 1: row absmax over the non-outlier
   columns. Pass 2: ``q = round_half_even(x * (127 / absmax))`` with a correctly rounded division
-  (``tl.math.div_rn``, i.e. ``127.f / absmax``) and the outlier columns zeroed, clamped to
-  [-127, 127]. Rounding is done with floor/compare/parity (no libdevice), the same on a GPU and
-  under the interpreter. The outlier values ``x[:, O]`` are gathered in torch.
+  (``tl.math.div_rn``, i.e. ``127.f / absmax``) and the outlier columns zeroed, clamped to [-127,
+  127]. A row whose absmax is below 2^-64 (``127 / absmax`` overflows float32 below about 3.7e-37)
+  is scaled by 2^64 first, x and absmax alike (exact), as the CUDA kernel does. Rounding is done
+  with floor/compare/parity (no libdevice), the same on a GPU and under the interpreter. The outlier
+  values ``x[:, O]`` are gathered in torch.
 * ``_gemm_kernel``: int8 x int8 ``tl.dot`` with int32 accumulation; with ``EPILOGUE`` the
   dequantization is fused: ``acc * (row_absmax[:, None] * (col_absmax[None, :] / 127^2))``
   (float32, the order of :func:`kernelbench.quant.dequantize_outer`) ``+ bias + outlier``, where
@@ -29,12 +31,15 @@ needs >= 16) and ragged edges are masked (zero-filled K tail). ``x`` and the int
 must be contiguous. Other shapes raise :class:`kernelbench.checks.InputError`.
 
 Devices: timed on CUDA only (``availability``: triton importable, a CUDA device of compute
-capability >= 8.0, interpreter off). On CPU the kernels run only under the Triton interpreter
-(``TRITON_INTERPRET=1`` set before triton is imported), which the tests use for correctness at
-small sizes. UNVERIFIED: the GPU path has not run on a GPU in the session that wrote it; the
-kernels were only compiled ahead of time (triton 3.9, no device): the GEMM lowers to int8
-``mma.sync ... s32.s8.s8.s32`` on sm_80 and ``wgmma ... s32.s8.s8`` on sm_90. The block sizes are
-an untuned heuristic.
+capability >= 8.0, interpreter off). Every kernel is launched with ``enable_fp_fusion=False``: no
+multiply-add is contracted into an FMA, so each float32 product is rounded as in
+:mod:`kernelbench.quant` (with fusion, ``v - floor(v)`` and the epilogue's ``acc * scale + bias``
+would use the unrounded product and move codes and outputs by one step). On CPU the kernels run only
+under the Triton interpreter (``TRITON_INTERPRET=1`` set before triton is imported), which the tests
+use for correctness at small sizes. The GPU path is unverified until it has run on a GPU; the
+kernels were compiled ahead of time (triton 3.9, no device): the GEMM lowers to int8 ``mma.sync ...
+s32.s8.s8.s32`` on sm_80 and ``wgmma ... s32.s8.s8`` on sm_90. The block sizes are an untuned
+heuristic.
 """
 
 from __future__ import annotations
@@ -44,14 +49,19 @@ import importlib.util
 
 import torch
 
-from kernelbench import quant
+from kernelbench import padding, quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend
 from kernelbench.checks import FLOAT_DTYPES
 from kernelbench.checks import require as _require
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 #: Largest k whose worst-case int32 sum ``k * 127 * 127`` cannot overflow.
-MAX_K = (2**31 - 1) // (quant.INT8_MAX * quant.INT8_MAX)
+MAX_K = padding.MAX_K
+#: Launch option of every kernel: no FMA contraction (see the module docstring).
+NO_FMA = {"enable_fp_fusion": False}
+#: Rows with an absmax below TINY_ABSMAX are scaled by TINY_SCALE before quantizing (exact).
+TINY_ABSMAX = 2.0**-64
+TINY_SCALE = 2.0**64
 
 CPU_REASON = (
     "triton kernels are timed only on CUDA; on CPU they run under the interpreter in tests only"
@@ -134,7 +144,7 @@ def _kernels():
 
     @triton.jit
     def _quantize_kernel(
-        x_ptr, mask_ptr, q_ptr, amax_ptr, M, K, stride_xm, stride_qm,
+        x_ptr, mask_ptr, q_ptr, amax_ptr, M, K, stride_xm, stride_qm, TINY_ABSMAX, TINY_SCALE,
         HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
@@ -152,13 +162,14 @@ def _kernels():
                 v = tl.where(outl[None, :], 0.0, v)
             amax = tl.maximum(amax, tl.max(v, axis=1))
         pos = amax > 0
+        pre = tl.where(amax < TINY_ABSMAX, TINY_SCALE, 1.0)  # 127 / absmax stays finite
         inv = tl.where(pos, tl.math.div_rn(tl.full((BLOCK_M,), 127.0, tl.float32),
-                                           tl.where(pos, amax, 1.0)), 0.0)  # fmt: skip
+                                           tl.where(pos, amax * pre, 1.0)), 0.0)  # fmt: skip
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             ok = m_ok[:, None] & (offs_k[None, :] < K)
             v = tl.load(x_ptr + rows * stride_xm + offs_k[None, :], mask=ok, other=0.0)
-            v = v.to(tl.float32) * inv[:, None]
+            v = (v.to(tl.float32) * pre[:, None]) * inv[:, None]
             if HAS_MASK:
                 outl = tl.load(mask_ptr + offs_k, mask=offs_k < K, other=0) != 0
                 v = tl.where(outl[None, :], 0.0, v)
@@ -369,7 +380,7 @@ class TritonBackend(Backend):
                 bk = 64
                 kern["outlier"][(triton_cdiv(k, bk),)](
                     x, mask, m, k, x.stride(0), float(cfg.alpha),
-                    GE=cfg.outlier_cmp == ">=", BLOCK_M=32, BLOCK_K=bk,
+                    GE=cfg.outlier_cmp == ">=", BLOCK_M=32, BLOCK_K=bk, **NO_FMA,
                 )  # fmt: skip
             if pw.kept_rows.numel():
                 mask[pw.kept_rows.to(dev)] = 1
@@ -382,7 +393,8 @@ class TritonBackend(Backend):
             bm = 16 if m <= 16 else 32
             kern["quantize"][(triton_cdiv(m, bm),)](
                 x, mask if mask is not None else q, q, amax, m, k, x.stride(0), q.stride(0),
-                HAS_MASK=mask is not None, BLOCK_M=bm, BLOCK_K=128,
+                TINY_ABSMAX, TINY_SCALE, HAS_MASK=mask is not None, BLOCK_M=bm, BLOCK_K=128,
+                **NO_FMA,
             )  # fmt: skip
         return QuantizedActivation(q, amax, cols, x[:, cols])
 
@@ -422,7 +434,7 @@ class TritonBackend(Backend):
             m, n, k, c, quant.DEQUANT_CONSTANT, a.stride(0), pw.int8.stride(0), out.stride(0),
             EPILOGUE=row is not None, HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0,
             OUT_BF16=out.dtype == torch.bfloat16,
-            **cfg,
+            **cfg, **NO_FMA,
         )  # fmt: skip
         return out
 
@@ -483,7 +495,7 @@ class TritonBackend(Backend):
             xo if xo is not None else out, wo if wo is not None else out,
             m, n, c, quant.DEQUANT_CONSTANT, acc.stride(0), out.stride(0),
             HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0, OUT_BF16=out.dtype == torch.bfloat16,
-            BLOCK_M=bm, BLOCK_N=bn,
+            BLOCK_M=bm, BLOCK_N=bn, **NO_FMA,
         )  # fmt: skip
         return out
 
