@@ -1,12 +1,15 @@
 """CUDA extension, cublaslt backend and CustomCudaOps.
 
 CPU part: argument checks (raised before any GPU work) and availability reasons.
+CPU part: the calls made into the extension, with a recording stand-in for it.
 GPU part (``-m gpu``): exact int32 products, each stage against kernelbench.quant / the float64
-oracle, poisoned output buffers, odd and misaligned shapes. The GPU tests were written without a
-GPU and have not been run yet.
+oracle, poisoned output buffers, odd (padded) and misaligned shapes. The GPU tests have not run
+on a GPU yet.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -59,6 +62,55 @@ def test_gemm_rejects_cpu_tensors_after_shape_checks():
         cuda_ext.int8_gemm(_i8(4, 32), _i8(32, 32))
 
 
+def test_gemm_rejects_k_beyond_the_int32_accumulator():
+    k = 133152  # a multiple of 16 above 133144: k * 127^2 may overflow int32
+    with pytest.raises(InputError, match="k must be <= 133144"):
+        cuda_ext.int8_gemm(_i8(1, k), _i8(16, k))
+
+
+class _RecordingExtension:
+    """Stands in for kernelbench._cuda: records every call, runs nothing."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.append((name, args))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    ext = _RecordingExtension()
+    monkeypatch.setattr(cuda_ext, "_ext", ext)
+    monkeypatch.setattr(cuda_ext, "_check_device", lambda pairs: torch.device("cpu"))
+    monkeypatch.setattr(cuda_ext, "_stream", lambda dev: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
+    return ext
+
+
+def test_quantize_rows_without_rows_makes_no_call(recorded):
+    """Zero rows but outlier columns (an empty batch with kept rows): the empty results, no
+    call into the extension (whose null-pointer check would raise on the empty outputs)."""
+    x = torch.zeros(0, 16, dtype=torch.float16)
+    mask = torch.zeros(16, dtype=torch.uint8)
+    mask[[3, 5]] = 1
+    q, amax, vals = cuda_ext.quantize_rows(x, mask, torch.tensor([3, 5]))
+    assert (q.shape, amax.shape, vals.shape) == ((0, 16), (0,), (0, 2))
+    assert recorded.calls == []
+
+
+@pytest.mark.parametrize("col,safe", [((1.0, 2.0, 0.0), True), ((1.0, 1e-38, 1.0), False)])
+def test_dequantize_tells_the_kernel_whether_columns_are_safe(recorded, col, safe):
+    """A column absmax outside [2^-32, 2^32] sends every row to the fp64 scale (as quant.py)."""
+    acc = torch.ones(2, 3, dtype=torch.int32)
+    cuda_ext.dequantize(acc, torch.ones(2), torch.tensor(col), None, None, torch.float16)
+    ((name, args),) = recorded.calls
+    assert name == "dequantize" and args[-2] is safe
+    w = torch.tensor(col).view(3, 1).repeat(1, 4).bfloat16()
+    pw = CustomCudaOps().prepare(quant.prepare_weight(w, None, QuantConfig()))
+    assert pw.cols_safe is safe
+
+
 def test_quantize_and_dequantize_argument_checks():
     with pytest.raises(InputError, match="float16/bfloat16"):
         cuda_ext.detect_outliers(torch.zeros(4, 8), 6.0, ">")
@@ -87,12 +139,15 @@ def test_custom_cuda_ops_is_not_a_registered_backend():
     assert "cublaslt" in all_backends()
 
 
-def test_supports_names_the_shape_rule():
+def test_supports_any_shape_within_int32():
     ops = CustomCudaOps()
     assert ops.supports(torch.float16, 8, 64, 64)
-    why = ops.supports(torch.float16, 8, 20, 64)
-    assert not why and "multiples of 16" in why.reason
-    assert not ops.supports(torch.float32, 8, 64, 64)
+    assert ops.supports(torch.float16, 8, 20, 33)  # padded to (32, 48)
+    assert ops.padded_shape(20, 33).describe() == "padded k 20->32, n 33->48"
+    why = ops.supports(torch.float16, 8, 133145, 64)
+    assert not why and "int32" in why.reason
+    why = ops.supports(torch.float32, 8, 64, 64)
+    assert not why and "float16/bfloat16" in why.reason
 
 
 @pytest.mark.skipif(
@@ -214,10 +269,11 @@ def test_gpu_dequantize_matches_quant(dtype, m, n, with_bias, with_outlier):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["cublaslt", "custom"])
 @pytest.mark.parametrize("method", ["int8_raw", "vectorwise", "llm_int8"])
 @pytest.mark.parametrize("cmp", [">", ">="])
-@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (40, 256, 128), (257, 1024, 512)])
-def test_gpu_backend_methods_match_oracle(method, cmp, m, k, n):
+@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (40, 256, 128), (257, 1024, 512), (7, 100, 37)])
+def test_gpu_backend_methods_match_oracle(name, method, cmp, m, k, n):
     gen = torch.Generator().manual_seed(m + 3 * k + 5 * n)
     x = torch.randn(m, k, generator=gen)
     x[:, 5] *= 12  # an outlier column
@@ -226,7 +282,7 @@ def test_gpu_backend_methods_match_oracle(method, cmp, m, k, n):
     x, w, bias = (t.half().cuda() for t in (x, w, bias))
     cfg = QuantConfig(alpha=6.0, outlier_cmp=cmp)
     kept = torch.tensor([5], dtype=torch.int64)
-    be = get_backend("cublaslt")
+    be = get_backend(name)
     assert be.supports(method, torch.device("cuda"), torch.float16, m, k, n), be.availability(
         torch.device("cuda")
     ).reason
@@ -248,14 +304,35 @@ def test_gpu_backend_methods_match_oracle(method, cmp, m, k, n):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_gpu_odd_shapes_rejected_with_input_error():
+@pytest.mark.parametrize("m,k,n", [(8, 20, 33), (3, 5140, 17), (1, 1, 1)])
+def test_gpu_odd_shapes_are_padded_exactly(m, k, n):
     ops = CustomCudaOps()
-    x = torch.randn(8, 20, dtype=torch.float16, device="cuda")
-    w = torch.randn(32, 20, dtype=torch.float16, device="cuda")
-    pw = quant.prepare_weight(w, None, QuantConfig())
-    qa = ops.quantize(x, pw, QuantConfig())  # quantize handles any k
-    with pytest.raises(InputError, match="multiples of 16"):
-        ops.int8_matmul(qa.int8, pw)
+    gen = torch.Generator().manual_seed(k + n)
+    pw = ops.prepare(quant.prepare_weight(torch.randn(n, k, generator=gen).half().cuda(), None,
+                                          QuantConfig()))  # fmt: skip
+    a = _rand_i8(m, k, gen=gen)
+    want = oracle.int_product(a.cpu(), pw.int8_columns(torch.arange(k, device="cuda")).cpu())
+    assert torch.equal(ops.int8_matmul(a, pw).cpu().to(torch.int64), want)
+    with pytest.raises(InputError, match="multiples of 16"):  # the raw GEMM keeps its rule
+        cuda_ext.int8_gemm(a, quant.prepare_weight(torch.ones(n, k).half().cuda(), None,
+                                                   QuantConfig()).int8)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["cublaslt", "custom"])
+def test_gpu_tiny_absmax_row_matches_oracle(name):
+    """A row with absmax 1e-38 (127/absmax overflows float32): the oracle's answer."""
+    gen = torch.Generator().manual_seed(38)
+    x = torch.randn(4, 64, generator=gen)
+    x[1] = x[1] * 1e-38 / x[1].abs().amax()
+    x = x.bfloat16().cuda()
+    w = (torch.randn(32, 64, generator=gen) / 8).bfloat16().cuda()
+    cfg = QuantConfig()
+    y = get_backend(name).runner("vectorwise", x, w, None, cfg).run()
+    ref = oracle.emulate("vectorwise", x, w, None, cfg.without_decomposition())
+    for i in range(4):
+        assert oracle.rel_frobenius(y[i], ref[i]) < 2e-2, i
 
 
 @pytest.mark.gpu
@@ -268,7 +345,12 @@ def test_gpu_outer_scaled_gemm_experimental():
     try:
         y = cuda_ext.int8_gemm_outer_scaled(a, b, sa, sb, torch.float32)
         torch.cuda.synchronize()
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # only cuBLASLt saying "not supported" is a skip
+        if "NOT_SUPPORTED" not in str(exc) and "no algorithm" not in str(exc):
+            raise
         pytest.skip(f"cuBLASLt outer-vector scaling with int8 not supported here: {exc}")
-    ref = oracle.int_product(a.cpu(), b.cpu()).double() * sa.cpu().double()[:, None] * sb.cpu()
+    acc = oracle.int_product(a.cpu(), b.cpu()).double()
+    ref = acc * sa.cpu().double()[:, None] * sb.cpu()
+    if oracle.rel_frobenius(y, acc) < 1e-6:
+        pytest.skip("cuBLASLt accepted the outer-vector scale mode for int8 but ignored it")
     assert oracle.rel_frobenius(y, ref) < 1e-5

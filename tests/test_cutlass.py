@@ -2,8 +2,8 @@
 
 CPU part: argument checks (raised before any GPU work) and availability reasons.
 GPU part (``-m gpu``): fused output vs the int32 product dequantized in float64, every method
-vs ``kernelbench.oracle.emulate``, poisoned output buffers, both tiles, odd shapes rejected.
-The GPU tests were written without a GPU and have not been run yet.
+vs ``kernelbench.oracle.emulate``, poisoned output buffers, both tiles, odd shapes padded. The
+GPU tests have not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench import cutlass_ext, oracle
+from kernelbench import cutlass_ext, oracle, quant
 from kernelbench.backends import all_backends, get_backend
+from kernelbench.backends.base import Availability, method_config
 from kernelbench.checks import InputError
 from kernelbench.quant import DEQUANT_CONSTANT, QuantConfig
 
@@ -84,13 +85,27 @@ def test_col_scale_is_absmax_over_127_squared():
     assert torch.equal(cutlass_ext.col_scale(amax), amax * DEQUANT_CONSTANT)
 
 
-def test_backend_registered_and_shape_rule():
+def test_backend_registered_and_shape_rule(monkeypatch):
     be = get_backend("cutlass")
     assert "cutlass" in all_backends()
     assert cutlass_ext.check_shape_rule(1, 64, 64) is None
-    assert "multiples of 16" in cutlass_ext.check_shape_rule(1, 20, 64)
-    if not be.availability(torch.device("cuda")):
-        assert not be.supports("llm_int8", torch.device("cuda"), torch.float16, 8, 64, 64)
+    assert "multiples of 16" in cutlass_ext.check_shape_rule(1, 20, 64)  # the kernel's rule
+    assert "k <= 133144" in cutlass_ext.check_shape_rule(1, 133152, 64)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(be, "availability", lambda device: Availability.yes())
+    assert be.supports("llm_int8", cuda, torch.float16, 8, 20, 64)  # the backend pads
+    why = be.supports("llm_int8", cuda, torch.float32, 8, 64, 64)
+    assert not why and "float16/bfloat16" in why.reason
+    why = be.supports("llm_int8", cuda, torch.float16, 8, 133145, 64)
+    assert not why and "int32" in why.reason
+
+
+def test_backend_unavailable_here_is_unsupported():
+    be = get_backend("cutlass")
+    cuda = torch.device("cuda")
+    assert bool(be.supports("llm_int8", cuda, torch.float16, 8, 64, 64)) == bool(
+        be.availability(cuda)
+    )
 
 
 @pytest.mark.skipif(
@@ -199,16 +214,19 @@ def test_gpu_misaligned_rejected_before_launch():
 
 @gpu
 @needs_cutlass
-def test_gpu_backend_rejects_odd_shapes():
+@pytest.mark.parametrize("m,k,n", [(8, 20, 33), (3, 5140, 17), (5, 37, 5140)])
+def test_gpu_backend_pads_odd_shapes(m, k, n):
     be = get_backend("cutlass")
-    why = be.supports("llm_int8", torch.device("cuda"), torch.float16, 8, 20, 64)
-    assert not why and "multiples of 16" in why.reason
-    x = torch.randn(8, 20, dtype=torch.float16, device="cuda")
-    w = torch.randn(64, 20, dtype=torch.float16, device="cuda")
+    assert be.supports("llm_int8", torch.device("cuda"), torch.float16, m, k, n)
+    gen = torch.Generator().manual_seed(k * n)
+    x = torch.randn(m, k, generator=gen).half().cuda()
+    w = (torch.randn(n, k, generator=gen) / k**0.5).half().cuda()
     cfg = QuantConfig()
-    pw = be.prepare_weight(w, None, cfg)
-    with pytest.raises(InputError):
-        be.linear(x, pw, cfg)
+    y = be.linear(x, be.prepare_weight(w, None, cfg), cfg)
+    torch.cuda.synchronize()
+    assert y.shape == (m, n)
+    ref = oracle.emulate("llm_int8", x, w, None, cfg)
+    assert oracle.rel_frobenius(y, ref) < 2e-3
 
 
 @gpu
@@ -231,7 +249,13 @@ def test_gpu_methods_match_oracle(method, dtype, m, k, n):
     torch.cuda.synchronize()
     ref = oracle.emulate(method, x, w, bias, cfg, kept)
     if method == "int8_raw":
-        assert torch.equal(y.cpu().to(torch.int64), ref.to(torch.int64))
+        # the kernels quantize in float32: exact against quant.py's float32 quantization (the
+        # float64 emulation differs in near-tie codes), and near the oracle
+        pw = quant.prepare_weight(w.cpu(), None, method_config(method, cfg))
+        qa = quant.quantize_activation(x.cpu(), torch.zeros(0, dtype=torch.int64))
+        want = oracle.int_product(qa.int8, pw.int8)
+        assert torch.equal(y.cpu().to(torch.int64), want)
+        assert oracle.rel_frobenius(y, ref) < 1e-3
         return
     assert y.dtype == dtype and y.shape == (m, n)
     # The emulation is float64 throughout; the kernels quantize in fp32 (same rounding rule)

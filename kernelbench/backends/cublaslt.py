@@ -1,51 +1,84 @@
-"""``cublaslt`` backend: kernelbench's CUDA quantize/dequantize kernels + a cuBLASLt int8 GEMM.
+"""``cublaslt`` backend: framework-op quantize/dequantize around a direct cuBLASLt int8 GEMM.
 
-UNVERIFIED: compiled only, not run on a GPU in the session that wrote it. Needs the CUDA
-extension ``kernelbench._cuda`` (built with ``KERNELBENCH_CUDA=ON``/``AUTO`` beside a CUDA
-torch), a CUDA device, and 16-bit layers with k and n multiples of 16.
+The paper's "PyTorch + NVIDIA" arrangement with the GEMM called directly: quantization,
+outlier decomposition and dequantization are the torch ops of :mod:`kernelbench.quant` (as in
+the ``torch`` backend); the int8 product is kernelbench's own cuBLASLt call
+(:func:`kernelbench.cuda_ext.int8_gemm`: "TN" IMMA, int32 out, plan cached per shape) instead of
+``torch._int_mm``. ``custom`` runs kernelbench's fused CUDA kernels around the same GEMM, so the
+two names measure different computations around one GEMM.
+
+Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.padding`,
+exact); the row's ``variant`` names the padded shape. Needs the CUDA extension
+``kernelbench._cuda``, a CUDA device, and a 16-bit layer. Unverified on a GPU until it has run
+on one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from kernelbench import quant
-from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend
-from kernelbench.backends.custom_cuda import CustomCudaOps
+from kernelbench import cuda_ext, quant
+from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
+from kernelbench.backends.custom_cuda import gemm_shape_rule
+from kernelbench.checks import check_weight
+from kernelbench.padding import gemm_weight, pad_prepared, padded_gemm, padded_shape
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 
 class CublasLtBackend(Backend):
     name = "cublaslt"
-    description = "custom CUDA quantize/dequantize kernels + cuBLASLt int8 GEMM (TN, int32 out)"
+    description = "torch-op quantize/dequantize + a direct cuBLASLt int8 GEMM (TN, int32 out)"
     methods = INT8_STAGE_METHODS
 
-    def __init__(self) -> None:
-        self.ops = CustomCudaOps()
+    def __init__(self, gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None):
+        #: The int8 GEMM on padded operands; tests put a CPU stand-in here.
+        self.gemm = gemm or cuda_ext.int8_gemm
 
     def availability(self, device: torch.device) -> Availability:
-        return self.ops.availability(device)
+        device = torch.device(device)
+        reason = cuda_ext.unavailable_reason()
+        if device.type != "cuda":
+            why = f"cuBLASLt runs on CUDA devices only, not {device.type!r}"
+            return Availability.no(f"{why}; {reason}" if reason else why)
+        return Availability.no(reason) if reason else Availability.yes()
 
     def supports(self, method, device, dtype, m, k, n) -> Availability:
         avail = super().supports(method, device, dtype, m, k, n)
-        if not avail:
-            return avail
-        return self.ops.supports(dtype, m, k, n)
+        return gemm_shape_rule(dtype, k, n) if avail else avail
+
+    def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
+        r = super().runner(method, x, weight, bias, cfg, kept_rows)
+        n, k = weight.shape
+        r.variant = padded_shape(k, n, cuda_ext.GEMM_DIM_MULTIPLE).describe()
+        return r
+
+    def prepare_weight(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        cfg: QuantConfig,
+        kept_rows: torch.Tensor | None = None,
+    ) -> PreparedWeight:
+        check_weight(weight, bias)
+        pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
+        return pad_prepared(pw, cuda_ext.GEMM_DIM_MULTIPLE)
 
     def quantize(
         self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
     ) -> QuantizedActivation:
-        return self.ops.quantize(x, pw, cfg)
+        return quant.quantize_activation(x, quant.decomposition_columns(x, pw, cfg))
 
     def int8_matmul(self, a: torch.Tensor, pw: PreparedWeight) -> torch.Tensor:
-        return self.ops.int8_matmul(a, pw)
+        return padded_gemm(a, gemm_weight(pw), pw.out_features, self.gemm)
 
     def outlier_product(self, qa: QuantizedActivation, pw: PreparedWeight):
-        # float32 torch matmul: the dequantize kernel takes the product in float32.
+        # float32, as the other CUDA backends: one final rounding to the layer's dtype
         return quant.outlier_product(qa, pw, torch.float32)
 
     def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
-        return self.ops.dequantize(acc, qa, pw, outlier)
+        return quant.dequantize(acc, qa, pw, outlier)
 
 
 BACKEND = CublasLtBackend()

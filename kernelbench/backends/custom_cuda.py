@@ -1,26 +1,48 @@
-"""The CUDA half of the ``custom`` backend: kernelbench's own CUDA kernels + cuBLASLt.
+"""The CUDA half of the ``custom`` backend: kernelbench's own CUDA kernels around a cuBLASLt GEMM.
 
 Not a backend by itself (no module-level ``BACKEND``): :mod:`kernelbench.backends.custom`
-delegates to :class:`CustomCudaOps` for CUDA tensors, and :mod:`kernelbench.backends.cublaslt`
-wraps it as the ``cublaslt`` backend.
+delegates to :class:`CustomCudaOps` for CUDA tensors, and :mod:`kernelbench.backends.cutlass`
+uses its quantize kernels in front of the fused CUTLASS GEMM.
 
-UNVERIFIED: every GPU path here was compiled only, never run on a GPU in the session that wrote
-it. The stages follow :mod:`kernelbench.quant` exactly (same operation order in fp32), which the
-GPU tests in ``tests/test_cuda.py`` check.
+Any shape: the cuBLASLt GEMM needs k and n multiples of 16, so :meth:`CustomCudaOps.prepare` pads
+the int8 weight to (n_p, k_p) with zeros once (:class:`kernelbench.padding.PaddedWeight`), and
+:meth:`CustomCudaOps.int8_matmul` pads the activation's k tail and drops the extra output columns
+(:mod:`kernelbench.padding`, exact). The quantize and dequantize kernels take any k and n.
+
+The GPU paths are unverified until they have run on a GPU; the stages follow
+:mod:`kernelbench.quant` (same operation order in fp32), which ``tests/test_cuda.py`` checks
+there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from kernelbench import cuda_ext
+from kernelbench import cuda_ext, padding
 from kernelbench.backends.base import Availability
 from kernelbench.checks import require as _require
+from kernelbench.padding import PaddedWeight, gemm_weight, pad_prepared
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 
+def gemm_shape_rule(dtype: torch.dtype, k: int, n: int) -> Availability:
+    """The layer rule of a CUDA int8 path that pads k and n to 16 (any shape within int32)."""
+    if dtype not in cuda_ext.SIXTEEN_BIT:
+        return Availability.no(f"the CUDA kernels take float16/bfloat16 layers, not {dtype}")
+    why = padding.shape_rule(k, n, cuda_ext.GEMM_DIM_MULTIPLE)
+    return Availability.no(why) if why else Availability.yes()
+
+
 class CustomCudaOps:
-    """quantize / int8_matmul / dequantize on CUDA tensors (16-bit layers only)."""
+    """quantize / int8_matmul / dequantize on CUDA tensors (16-bit layers only).
+
+    ``gemm`` is the int8 GEMM on padded operands (``cuda_ext.int8_gemm``); tests put a CPU
+    stand-in there to check the padding without a GPU."""
+
+    def __init__(self, gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None):
+        self.gemm = gemm or cuda_ext.int8_gemm
 
     def availability(self, device: torch.device | str = "cuda") -> Availability:
         device = torch.device(device)
@@ -31,15 +53,15 @@ class CustomCudaOps:
         return Availability.no(reason) if reason else Availability.yes()
 
     def supports(self, dtype: torch.dtype, m: int, k: int, n: int) -> Availability:
-        """Shape and dtype rules of the kernels (see :mod:`kernelbench.cuda_ext`)."""
-        if dtype not in cuda_ext.SIXTEEN_BIT:
-            return Availability.no(f"the CUDA kernels take float16/bfloat16 layers, not {dtype}")
-        mult = cuda_ext.GEMM_DIM_MULTIPLE
-        if k % mult or n % mult:
-            return Availability.no(
-                f"the cuBLASLt int8 GEMM needs k and n multiples of {mult} (k={k}, n={n})"
-            )
-        return Availability.yes()
+        """Any m, k, n within the int32 accumulator (k, n padded to 16 for cuBLASLt)."""
+        return gemm_shape_rule(dtype, k, n)
+
+    def padded_shape(self, k: int, n: int) -> padding.PaddedShape:
+        return padding.padded_shape(k, n, cuda_ext.GEMM_DIM_MULTIPLE)
+
+    def prepare(self, pw: PreparedWeight) -> PaddedWeight:
+        """The prepared weight with its int8 matrix padded for the GEMM (when needed)."""
+        return pad_prepared(pw, cuda_ext.GEMM_DIM_MULTIPLE)
 
     def quantize(
         self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
@@ -62,8 +84,13 @@ class CustomCudaOps:
         return QuantizedActivation(int8=q, absmax=amax, outlier_cols=cols, outlier_values=vals)
 
     def int8_matmul(self, a: torch.Tensor, pw: PreparedWeight) -> torch.Tensor:
-        """``a (m, k) @ pw.int8 (n, k).T`` in int32 through cuBLASLt (k, n multiples of 16)."""
-        return cuda_ext.int8_gemm(a, pw.int8)
+        """``a (m, k) @ w (n, k).T`` in int32 (m, n) through cuBLASLt, on zero-padded operands
+        when k or n is not a multiple of 16."""
+        _require(
+            a.dim() == 2 and a.shape[1] == pw.in_features,
+            f"a must be (m, {pw.in_features}), got {tuple(a.shape)}",
+        )
+        return padding.padded_gemm(a, gemm_weight(pw), pw.out_features, self.gemm)
 
     def dequantize(
         self,
@@ -80,4 +107,7 @@ class CustomCudaOps:
         )
         bias = pw.bias.float().contiguous() if pw.bias is not None else None
         outl = outlier.float().contiguous() if outlier is not None else None
-        return cuda_ext.dequantize(acc, qa.absmax.float(), pw.absmax.float(), bias, outl, pw.dtype)
+        safe = pw.cols_safe if isinstance(pw, PaddedWeight) else None
+        return cuda_ext.dequantize(
+            acc, qa.absmax.float(), pw.absmax.float(), bias, outl, pw.dtype, cols_safe=safe
+        )
