@@ -50,11 +50,13 @@ def list_backends() -> None:
     table.add_column("device")
     table.add_column("available")
     table.add_column("methods / reason")
+    table.add_column("verified")
     for name, backend in all_backends().items():
         for device in ("cpu", "cuda"):
             avail = backend.availability(torch.device(device))
             detail = ", ".join(backend.methods) if avail else avail.reason
-            table.add_row(name, device, "yes" if avail else "no", detail)
+            verified = backend.verification(device)
+            table.add_row(name, device, "yes" if avail else "no", detail, verified)
     console.print(table)
     from kernelbench import cpu_ext
 

@@ -1,4 +1,8 @@
-"""The machine, versions and command a run came from (``env.json``) and its device class."""
+"""The machine, versions and command a run came from (``env.json``) and its device class.
+
+Reads the machine and installed versions only: no backend and no kernel extension is imported
+here. What the kernels chose at run time (e.g. the CPU kernel set) is passed in by the caller.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from kernelbench import __version__, cpu_ext
+from kernelbench import __version__
 
 INT8_FLAGS = (
     "avx2",
@@ -30,7 +34,10 @@ INT8_FLAGS = (
 PEERS = ("bitsandbytes", "torchao", "triton", "numpy", "pandas")
 
 
-def cpu_info() -> dict:
+def cpu_info(kernel_isa: str | None = None) -> dict:
+    """The CPU's model, int8-relevant flags and cores; ``kernel_isa`` is the kernel set the
+    ``custom`` CPU kernels run (``kernelbench.cpu_ext.isa()``), recorded when the caller knows
+    it."""
     model, flags = platform.processor() or "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -45,7 +52,7 @@ def cpu_info() -> dict:
         "flags": sorted(f for f in INT8_FLAGS if f in flags),
         "cores": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "kernel_isa": cpu_ext.isa(),
+        "kernel_isa": kernel_isa,
     }
 
 
@@ -162,7 +169,13 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def collect(device: torch.device, argv: list[str], extra: dict | None = None) -> dict:
+def collect(
+    device: torch.device,
+    argv: list[str],
+    extra: dict | None = None,
+    kernel_isa: str | None = None,
+) -> dict:
+    """``env.json``: command, machine, versions, device; ``extra`` is merged in last."""
     from kernelbench.results import SCHEMA_VERSION
 
     env = {
@@ -178,7 +191,7 @@ def collect(device: torch.device, argv: list[str], extra: dict | None = None) ->
         "git_commit": git_commit(),
         "device": str(device),
         "device_class": device_class(device),
-        "cpu": cpu_info(),
+        "cpu": cpu_info(kernel_isa),
         "threads": torch.get_num_threads(),
         "cuda": cuda_info(device),
         "libraries": library_versions(),

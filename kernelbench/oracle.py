@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from kernelbench import quant
-from kernelbench.backends.base import method_config
-from kernelbench.quant import QuantConfig
+from kernelbench.core import METHODS
+from kernelbench.quant import QuantConfig, method_config
 
 F64 = torch.float64
 
@@ -55,24 +55,20 @@ def emulate(
 ) -> torch.Tensor:
     """Float64 result of ``method`` (``int8_raw``: the exact int64 product of the vector-wise
     int8 operands, zero outlier columns)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
     x = x.cpu()
     weight = weight.cpu()
     bias = bias.cpu() if bias is not None else None
     if method in ("fp32", "fp16"):
         return exact(x, weight, bias)
-    if method in ("absmax_torch", "vectorwise_torch", "rowwise"):
+    if method in ("absmax_torch", "vectorwise_torch"):
         scheme = quant.quantize_tensorwise if method == "absmax_torch" else quant.quantize_rowwise
         xq, xa = scheme(x, F64)
         wq, wa = scheme(weight, F64)
         if method == "absmax_torch":
             xa, wa = xa.expand(x.shape[0]), wa.expand(weight.shape[0])
         y = quant.dequantize_outer(int_product(xq, wq), xa, wa, F64)
-        return y + bias.to(F64) if bias is not None else y
-    if method in ("zeropoint", "zeropoint_vectorwise"):
-        dim = None if method == "zeropoint" else 1
-        y = quant.zeropoint_matmul(
-            quant.quantize_zeropoint(x, dim, F64), quant.quantize_zeropoint(weight, dim, F64), F64
-        )
         return y + bias.to(F64) if bias is not None else y
     mcfg = method_config(method, cfg)
     pw = quant.prepare_weight(

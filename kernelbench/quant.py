@@ -24,8 +24,8 @@ Conventions (see ``../shared/paper/llm-int8-card.txt``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Literal, TypeVar
 
 import torch
 
@@ -36,6 +36,8 @@ DEQUANT_CONSTANT = 1.0 / (INT8_MAX * INT8_MAX)
 
 OutlierComparison = Literal[">", ">="]
 OutlierWeights = Literal["fp16", "int8"]
+
+_Weight = TypeVar("_Weight", bound="PreparedWeight")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ class QuantConfig:
 
     def without_decomposition(self) -> QuantConfig:
         return QuantConfig(0.0, self.outlier_cmp, self.outlier_weights)
+
+
+def method_config(method: str, cfg: QuantConfig) -> QuantConfig:
+    """``vectorwise`` is LLM.int8() with the threshold off; everything else keeps ``cfg``."""
+    return cfg.without_decomposition() if method != "llm_int8" else cfg
 
 
 # --- absmax ----------------------------------------------------------------------------------
@@ -192,10 +199,12 @@ class QuantizedActivation:
 
 @dataclass
 class PreparedWeight:
-    """Weights quantized once, offline. ``nbytes`` is what the layer keeps in memory.
+    """Weights quantized once, offline. ``nbytes`` is what the layer keeps in memory: every
+    tensor field, so a backend that keeps more (a packed layout, an fp32 bias) subclasses this
+    with typed fields of its own (:meth:`extend`) and they are counted.
 
-    A backend that keeps the int8 weights only in a layout of its own (``extra``) sets ``int8``
-    to ``None`` and puts a ``"read_int8_columns"`` callable in ``extra``: cols -> (n, c) int8.
+    A backend that keeps the int8 weights only in a layout of its own sets ``int8`` to ``None``
+    and overrides :meth:`int8_columns` to read that layout.
     """
 
     int8: torch.Tensor | None  # (n, k) int8
@@ -205,7 +214,12 @@ class PreparedWeight:
     bias: torch.Tensor | None  # (n,)
     dtype: torch.dtype  # the layer's 16-bit dtype, also the output dtype
     in_features: int
-    extra: dict  # backend-owned data (packed layouts...); its tensors count in nbytes
+
+    @classmethod
+    def extend(cls: type[_Weight], pw: PreparedWeight, **own) -> _Weight:
+        """``pw``'s fields (overridden by ``own``) plus the subclass's own fields in ``own``."""
+        base = {f.name: getattr(pw, f.name) for f in fields(PreparedWeight)}
+        return cls(**(base | own))
 
     @property
     def out_features(self) -> int:
@@ -213,16 +227,16 @@ class PreparedWeight:
 
     def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
         """The int8 weights of input dims ``cols``: (n, c)."""
-        if self.int8 is not None:
-            return self.int8[:, cols]
-        return self.extra["read_int8_columns"](cols)
+        if self.int8 is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} keeps no (n, k) int8 weights and reads no layout of its own"
+            )
+        return self.int8[:, cols]
 
     @property
     def nbytes(self) -> int:
-        tensors = [self.absmax, self.kept_rows, self.kept_values]
-        tensors += [t for t in (self.int8, self.bias) if t is not None]
-        tensors += [t for t in self.extra.values() if isinstance(t, torch.Tensor)]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        tensors = (getattr(self, f.name) for f in fields(self))
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def prepare_weight(
@@ -253,7 +267,6 @@ def prepare_weight(
         bias=bias,
         dtype=w.dtype,
         in_features=k,
-        extra={},
     )
 
 

@@ -18,9 +18,9 @@ Tolerance (``oracle_tolerance``), element-wise for output ``(i, j)``, against
   for outlier columns whose weights are reconstructed from int8 (``int8`` mode, and ``fp16`` mode
   for dims not kept at prepare time), where a flipped weight is multiplied by the 16-bit
   outlier value (``X_i = max(ax_i, max_{l in O} |x_il|)``).
-* backends that are not ours (``torch``, ``custom`` keep fp32 intermediates) may round the
-  int8 part, the outlier product and the bias sum to the 16-bit dtype (the paper's fig. 2):
-  ``3 * u * (|x| @ |w|.T + |bias|)`` more (``sixteen_bit_steps``).
+* a backend that declares ``numerics.sixteen_bit_roundings = s`` (rounding the int8 part, the
+  outlier product or the bias sum to the 16-bit dtype, the paper's fig. 2):
+  ``s * u * (|x| @ |w|.T + |bias|)`` more.
 * 16-bit baselines (``fp16`` is bf16 on CPU): input rounding ``2 * u16 * |x|@|w|.T`` when the
   inputs are cast, plus ``(k + 8) * 2^-24 * |x|@|w|.T`` accumulation.
 
@@ -33,9 +33,11 @@ import pytest
 import torch
 
 from kernelbench import oracle, quant
-from kernelbench.backends import all_backends
-from kernelbench.backends.base import method_config
-from kernelbench.quant import QuantConfig
+from kernelbench.backends import Backend, all_backends, get_backend
+from kernelbench.cases import load_case
+from kernelbench.core import SkipKind, work_bytes, work_flops
+from kernelbench.quant import QuantConfig, method_config
+from kernelbench.results import ResultRow
 
 F64 = torch.float64
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
@@ -112,13 +114,12 @@ def backend(request):
     return all_backends()[request.param]
 
 
-OWN_BACKENDS = ("torch", "custom")
-
-
-@pytest.fixture(params=[p for p in _cpu_backend_params() if p.values[0] in OWN_BACKENDS])
+@pytest.fixture(
+    params=[p for p in _cpu_backend_params() if all_backends()[p.values[0]].numerics.reference]
+)
 def own_backend(request):
-    """Our backends (their math is :mod:`kernelbench.quant`, held to the oracle tolerance);
-    peer backends (bitsandbytes, torchao, ...) have their own numerics and tests."""
+    """The backends that declare :mod:`kernelbench.quant`'s math (``numerics.reference``), held
+    to the oracle tolerance; peers with a variant of their own have their own tests."""
     return all_backends()[request.param]
 
 
@@ -200,10 +201,15 @@ def oracle_tolerance(
     return u * ref.abs() + (1 + u) * (ties + (c + 8) * 2.0**-24 * mag + inter)
 
 
-def assert_matches_oracle(y, method, x, w, bias, cfg, kept_rows=None, what="", backend=None):
-    """``|y - oracle.emulate| <= oracle_tolerance`` element-wise, with a useful message."""
+def assert_matches_oracle(
+    y, method, x, w, bias, cfg, kept_rows=None, what="", backend: str | Backend | None = None
+):
+    """``|y - oracle.emulate| <= oracle_tolerance`` element-wise, with a useful message; the
+    16-bit roundings allowed are those ``backend`` declares (none when not given)."""
     ref = oracle.emulate(method, x, w, bias, cfg, kept_rows).to(F64)
-    steps = 0 if backend in (None, "torch", "custom") else 3
+    if isinstance(backend, str):
+        backend = get_backend(backend)
+    steps = backend.numerics.sixteen_bit_roundings if backend is not None else 0
     tol = oracle_tolerance(method, x, w, bias, cfg, kept_rows, ref=ref, sixteen_bit_steps=steps)
     assert y.shape == ref.shape, f"{what}: shape {tuple(y.shape)} != {tuple(ref.shape)}"
     err = (y.to(F64) - ref).abs()
@@ -245,3 +251,59 @@ def gen_randn():
 @pytest.fixture(scope="session")
 def gen_outliers():
     return outlier_activations
+
+
+# --- result rows ---------------------------------------------------------------------------
+
+
+def make_row(
+    method: str = "llm_int8",
+    backend: str = "custom",
+    *,
+    d_model: int = 768,
+    layer: str = "ffn1",
+    tokens: int = 8,
+    status: str = "ok",
+    **fields,
+) -> ResultRow:
+    """One result row of a real gpt3 cell (size, m, k, n, declared work from the case), on
+    ``cpu-test-2core``. An ok row is timed (1 ms, its 16-bit baseline 1 ms, 20 samples) and
+    has an error; a skipped row gets the skip kind ``unsupported``. ``fields`` override any of
+    it (and set any other field)."""
+    case = load_case("gpt3")
+    k, n = case.shape(layer, d_model)
+    row = dict(
+        case="gpt3",
+        size=case.size(d_model).name,
+        d_model=d_model,
+        layer=layer,
+        tokens=tokens,
+        m=tokens,
+        k=k,
+        n=n,
+        dist="outliers",
+        seed=0,
+        backend=backend,
+        method=method,
+        device="cpu",
+        device_class="cpu-test-2core",
+        dtype="bfloat16",
+        status=status,
+        flops=work_flops(tokens, k, n),
+        bytes=work_bytes(method, tokens, k, n),
+    )
+    if status == "ok":
+        row |= dict(median_ms=1.0, baseline_ms=1.0, speedup=1.0, rel_spread=0.02, samples=20)
+        row |= dict(rel_error=4e-3 if method == "fp16" else 1e-3)
+    elif status == "skipped":
+        row |= dict(skip_kind=SkipKind.UNSUPPORTED.value, reason="not supported here")
+    row |= fields
+    if "median_ms" in fields and status == "ok" and "speedup" not in fields:
+        row["speedup"] = row["baseline_ms"] / row["median_ms"]
+    return ResultRow(**row)
+
+
+@pytest.fixture(scope="session")
+def row_factory():
+    """:func:`make_row` as a fixture: ``row_factory("fp16", "torch", median_ms=2.0)``."""
+    return make_row

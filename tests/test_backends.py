@@ -172,7 +172,7 @@ def test_custom_kernel_sets_agree_with_scalar_exactly(
         qa = custom.quantize(x, pw, cfg)
         acc = custom.int8_matmul(qa.int8, pw)
         y = custom.dequantize(acc, qa, pw, custom.outlier_product(qa, pw))
-        out[kernels] = (qa.int8, qa.absmax, qa.outlier_cols, acc, y, pw.extra["packed"])
+        out[kernels] = (qa.int8, qa.absmax, qa.outlier_cols, acc, y, pw.packed)
     for a, b in zip(out["scalar"], out[isa], strict=True):
         assert torch.equal(a, b)
 

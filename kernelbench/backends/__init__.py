@@ -1,28 +1,53 @@
-"""Backend registry: every module in this package that defines ``BACKEND`` is a backend.
+"""Backend registry: :data:`REGISTRY` is the one list of backends, in display order.
 
-Adding a backend is adding one module here; nothing else changes. Importing a backend module
-must not fail because an optional dependency or a GPU is missing: it reports that through
-:meth:`Backend.availability` instead. A module that fails to import anyway is listed as a
-broken backend with the import error as its reason.
+Adding a backend is one new module that defines ``BACKEND`` (an instance of a
+:class:`~kernelbench.backends.base.Backend` subclass) plus one line in :data:`REGISTRY`;
+nothing else changes. A module that is not listed is not a backend, whatever it defines.
+
+Importing a backend module must not fail because an optional dependency or a GPU is missing:
+it reports that through :meth:`Backend.availability` instead. A listed module that fails to
+import anyway, or defines no ``BACKEND`` of the listed name, is a broken backend whose
+availability is the reason, on every device.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+from collections.abc import Iterable
 from functools import cache
 
 import torch
 
-from kernelbench.backends.base import METHODS, Availability, Backend, Runner
+from kernelbench.backends.base import Availability, Backend, Runner
+from kernelbench.core import METHODS
 
-__all__ = ["METHODS", "Availability", "Backend", "Runner", "all_backends", "get_backend"]
+__all__ = [
+    "METHODS",
+    "REGISTRY",
+    "Availability",
+    "Backend",
+    "BrokenBackend",
+    "Runner",
+    "all_backends",
+    "get_backend",
+    "load_backends",
+]
 
-_NOT_BACKENDS = {"base"}
+#: (backend name, module defining ``BACKEND``): every backend, in the order tables list them.
+REGISTRY: tuple[tuple[str, str], ...] = (
+    ("torch", "kernelbench.backends.torch_ops"),
+    ("custom", "kernelbench.backends.custom"),
+    ("bitsandbytes", "kernelbench.backends.bitsandbytes"),
+    ("cublaslt", "kernelbench.backends.cublaslt"),
+    ("cutlass", "kernelbench.backends.cutlass"),
+    ("torchao", "kernelbench.backends.torchao"),
+    ("torchao_compile", "kernelbench.backends.torchao_compile"),
+    ("triton", "kernelbench.backends.triton_int8"),
+)
 
 
 class BrokenBackend(Backend):
-    """Stands in for a backend module that could not be imported."""
+    """Stands in for a listed backend that could not be loaded; never available."""
 
     def __init__(self, name: str, error: str) -> None:
         self.name = name
@@ -30,26 +55,36 @@ class BrokenBackend(Backend):
         self.methods = ()
 
     def availability(self, device: torch.device) -> Availability:
-        return Availability.no(f"backend module failed to import: {self.error}")
+        return Availability.no(f"backend {self.name!r} failed to load: {self.error}")
+
+
+def _load(name: str, module_name: str) -> Backend:
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - report, never crash the listing
+        return BrokenBackend(name, f"{module_name}: {type(exc).__name__}: {exc}")
+    backend = getattr(module, "BACKEND", None)
+    if not isinstance(backend, Backend):
+        return BrokenBackend(name, f"{module_name} defines no BACKEND (a Backend instance)")
+    if backend.name != name:
+        return BrokenBackend(name, f"{module_name}'s BACKEND is named {backend.name!r}")
+    return backend
+
+
+def load_backends(registry: Iterable[tuple[str, str]]) -> dict[str, Backend]:
+    """Name -> backend for the (name, module) entries of ``registry``, in its order."""
+    found: dict[str, Backend] = {}
+    for name, module_name in registry:
+        if name in found:
+            raise ValueError(f"backend {name!r} is registered twice")
+        found[name] = _load(name, module_name)
+    return found
 
 
 @cache
 def all_backends() -> dict[str, Backend]:
-    """Name -> backend, in a stable order (``torch`` and ``custom`` first)."""
-    found: dict[str, Backend] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name in _NOT_BACKENDS:
-            continue
-        try:
-            module = importlib.import_module(f"{__name__}.{info.name}")
-        except Exception as exc:  # report, never crash the listing
-            found[info.name] = BrokenBackend(info.name, f"{type(exc).__name__}: {exc}")
-            continue
-        backend = getattr(module, "BACKEND", None)
-        if isinstance(backend, Backend):
-            found[backend.name] = backend
-    order = {"torch": 0, "custom": 1}
-    return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
+    """Name -> backend for :data:`REGISTRY` (loaded once per process)."""
+    return load_backends(REGISTRY)
 
 
 def get_backend(name: str) -> Backend:

@@ -1,30 +1,12 @@
 """Helpers shared by the peer backends (``bitsandbytes``, ``torchao``, ``torchao_compile``).
 
-Not a backend (leading underscore): the registry skips it. Versions are read from the installed
-distributions' metadata, so reporting them never imports the (heavy) packages themselves.
+Not a backend (not in the registry). The installed versions of the peers are recorded by
+:func:`kernelbench.env.library_versions` from package metadata.
 """
 
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
-
-#: Distribution names of the peers we measure ourselves against, plus torch itself.
-PEER_DISTRIBUTIONS: tuple[str, ...] = ("torch", "bitsandbytes", "torchao", "triton")
-
-#: The versions the peer backends were written and tested against (``pip install --no-deps``).
-TESTED_VERSIONS: dict[str, str] = {"bitsandbytes": "0.50.2", "torchao": "0.18.0"}
-
-
-def peer_versions() -> dict[str, str]:
-    """Distribution name -> installed version, or ``"not installed"``, for every peer."""
-    out: dict[str, str] = {}
-    for dist in PEER_DISTRIBUTIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
 
 
 class LazyImport:

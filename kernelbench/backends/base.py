@@ -1,9 +1,12 @@
 """The interface every backend implements: quantize -> decompose -> int8 product -> dequantize.
 
 A backend is one module in :mod:`kernelbench.backends` exposing ``BACKEND``, an instance of a
-:class:`Backend` subclass. The harness never imports a backend by name: it asks the registry.
+:class:`Backend` subclass, and one line in the registry (:data:`kernelbench.backends.REGISTRY`).
+The harness never imports a backend by name: it asks the registry.
 
-Stages, each separately callable so the harness can time them:
+Stages, each separately callable so the harness can time them. The defaults are the readable
+reference of :mod:`kernelbench.quant` where one exists; a backend overrides the stages it runs
+faster (per device) and is tested against the float64 oracle:
 
 ``prepare_weight``   offline: int8 weights, column scales, kept 16-bit rows, backend layouts
 ``quantize``         activations: outlier columns, row scales, int8 values, outlier values
@@ -20,29 +23,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from kernelbench import quant
 from kernelbench.checks import check_activation, check_weight
-from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+from kernelbench.core import INT8_STAGE_METHODS, METHODS
+from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation, method_config
 
-#: The methods, i.e. the rows of the paper's Table 5 (App. D.1) plus ``fp32``.
-METHODS: tuple[str, ...] = (
-    "fp32",
-    "fp16",
-    "int8_raw",
-    "absmax_torch",
-    "vectorwise_torch",
-    "vectorwise",
-    "llm_int8",
-)
-
-#: Methods built from a backend's own int8 stages (any int8 backend can run these).
-INT8_STAGE_METHODS: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
-
-#: The stage names a runner may expose for per-stage timing.
-STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_product")
+__all__ = [
+    "Availability",
+    "Backend",
+    "Numerics",
+    "OWN_VARIANT",
+    "Runner",
+    "method_config",
+    "sixteen_bit_dtype",
+    "stage_accumulator",
+    "torch_device_availability",
+]
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,25 @@ def stage_accumulator(m: int, n: int, k: int, device: torch.device) -> torch.Ten
     return torch.randint(-bound, bound, (m, n), generator=gen, dtype=torch.int32).to(device)
 
 
-def method_config(method: str, cfg: QuantConfig) -> QuantConfig:
-    """``vectorwise`` is LLM.int8() with the threshold off; everything else keeps ``cfg``."""
-    return cfg.without_decomposition() if method != "llm_int8" else cfg
+@dataclass(frozen=True)
+class Numerics:
+    """What a backend computes, as the contract tests hold it to the float64 oracle.
+
+    ``reference``: the quantization math of :mod:`kernelbench.quant` (the oracle's), so its
+    layer outputs are held to the oracle's derived tolerance; a backend with a variant of its
+    own (a peer's outlier test, scale or rounding; ``Runner.variant`` says which) is not.
+    ``exact_int8``: its int8 product is the exact integer product, -128 included.
+    ``sixteen_bit_roundings``: how many intermediate results (the int8 part, the outlier
+    product, the bias sum) it rounds to the layer's 16-bit dtype before the output (0: float32
+    intermediates, one final rounding)."""
+
+    reference: bool = True
+    exact_int8: bool = True
+    sixteen_bit_roundings: int = 0
+
+
+#: A backend with a quantization variant of its own (a peer library).
+OWN_VARIANT = Numerics(reference=False, exact_int8=False)
 
 
 @dataclass
@@ -121,8 +137,9 @@ class Runner:
 
 
 class Backend:
-    """Base class. Subclasses override :meth:`availability` and the int8 stages; the composite
-    :meth:`linear` and the runners for :data:`INT8_STAGE_METHODS` are written once here."""
+    """Base class: the readable default of every stage (:mod:`kernelbench.quant`'s reference).
+    Subclasses implement :meth:`availability` and override the stages they run faster; the
+    composite :meth:`linear` and the runners for ``INT8_STAGE_METHODS`` are written once here."""
 
     name: str = "?"
     description: str = ""
@@ -131,6 +148,16 @@ class Backend:
     #: Part of a sweep when ``--backends`` is not given. Off for backends whose one-off set-up
     #: (e.g. a minute of torch.compile per shape) would dominate a default sweep's time.
     in_default_sweep: bool = True
+    #: Device type -> the evidence that this backend ran there and matched the float64 oracle
+    #: (a kept report, a test run). A device type missing here is unverified: the code may
+    #: compile and pass its tests elsewhere, but has never been seen to compute right there.
+    verified: ClassVar[dict[str, str]] = {}
+    #: What its results are held to against the float64 oracle.
+    numerics: ClassVar[Numerics] = Numerics()
+
+    def verification(self, device: torch.device | str) -> str:
+        """The evidence for ``device``'s type, or ``"unverified"``."""
+        return self.verified.get(torch.device(device).type, "unverified")
 
     # --- availability ----------------------------------------------------------------------
 
@@ -166,11 +193,16 @@ class Backend:
     def quantize(
         self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
     ) -> QuantizedActivation:
-        raise NotImplementedError
+        """The set O of this call (``cfg``'s outlier test plus ``pw.kept_rows``), then the
+        row-wise int8 quantization of ``x`` without those columns (the reference)."""
+        return quant.quantize_activation(x, quant.decomposition_columns(x, pw, cfg))
 
     def int8_matmul(self, a: torch.Tensor, pw: PreparedWeight) -> torch.Tensor:
-        """``a`` (m, k) int8 times the prepared weight's int8 (n, k), transposed: int32 (m, n)."""
-        raise NotImplementedError
+        """``a`` (m, k) int8 times the prepared weight's int8 (n, k), transposed: int32 (m, n).
+        The reference is an exact int64 product (slow; devices with no int64 matmul, such as
+        CUDA, need an override)."""
+        b = pw.int8_columns(torch.arange(pw.in_features, device=a.device))
+        return (a.long() @ b.long().T).to(torch.int32)
 
     def outlier_product(self, qa: QuantizedActivation, pw: PreparedWeight) -> torch.Tensor | None:
         return quant.outlier_product(qa, pw)
@@ -182,7 +214,7 @@ class Backend:
         pw: PreparedWeight,
         outlier: torch.Tensor | None,
     ) -> torch.Tensor:
-        raise NotImplementedError
+        return quant.dequantize(acc, qa, pw, outlier)
 
     def linear(self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig) -> torch.Tensor:
         """The whole layer through the stages; backends may override with a fused path."""

@@ -43,15 +43,15 @@ import torch
 
 from kernelbench.backends._peers import LazyImport
 from kernelbench.backends.base import (
+    OWN_VARIANT,
     Availability,
     Backend,
     Runner,
-    method_config,
     stage_accumulator,
     torch_device_availability,
 )
 from kernelbench.checks import check_activation, check_weight
-from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation, method_config
 
 _BNB = LazyImport("bitsandbytes")
 
@@ -99,6 +99,11 @@ def _variant(method: str, device: torch.device) -> str:
 class BitsandbytesBackend(Backend):
     name = "bitsandbytes"
     methods = ("int8_raw", "vectorwise", "llm_int8")
+    numerics = OWN_VARIANT
+    verified = {
+        "cpu": "reports/cpu-avx512vnni-2core (kept gpt3 run, bitsandbytes 0.50.2) and "
+        "tests/test_peers.py"
+    }
 
     @property
     def description(self) -> str:  # type: ignore[override]
@@ -132,7 +137,6 @@ class BitsandbytesBackend(Backend):
             bias=bias,
             dtype=weight.dtype,
             in_features=k,
-            extra={},
         )
 
     def quantize(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
@@ -202,7 +206,6 @@ class BitsandbytesBackend(Backend):
             bias=layer.bias.data if bias is not None else None,
             dtype=weight.dtype,
             in_features=cb.shape[1],
-            extra={},
         )
         with torch.inference_mode():
             qa = self.quantize(x, pw, mcfg)

@@ -8,10 +8,13 @@ a packed one-byte-per-weight layout (AVX512-VNNI ``vpdpbusd`` where the CPU has 
 dequantization pass (outer product of the scales / 127^2, + bias, + the outlier product of the
 few outlier columns, computed in the same pass).
 
-CUDA half: :mod:`kernelbench.backends.custom_cuda` (unverified on a GPU until it has run there).
+CUDA half: :mod:`kernelbench.backends.custom_cuda`; :attr:`CustomBackend.verified` says where
+the backend has been seen to compute right.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -29,24 +32,28 @@ except Exception as exc:  # noqa: BLE001 - any failure only disables the CUDA ha
     _CUDA_ERROR = f"{type(exc).__name__}: {exc}"
 
 
-def _read_packed_columns(packed: torch.Tensor, n: int, k: int):
-    """Column reader for the packed layout: [panel][k pair][16 columns][2]."""
-    panels, pairs = (n + 15) // 16, (k + 1) // 2
-    view = packed.view(torch.int8).view(panels, pairs, 16, 2)
+@dataclass
+class PackedWeight(PreparedWeight):
+    """The CPU kernels' weight: int8 only in the packed layout [panel][k pair][16 columns][2]
+    (one byte per weight, ``int8`` is ``None``) and the bias in float32, as the kernel reads it
+    (``bias`` is then ``None``: counted once)."""
 
-    def read(cols: torch.Tensor) -> torch.Tensor:
+    packed: torch.Tensor
+    bias_f32: torch.Tensor | None
+
+    def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
+        n, k = self.out_features, self.in_features
+        panels, pairs = (n + 15) // 16, (k + 1) // 2
+        view = self.packed.view(torch.int8).view(panels, pairs, 16, 2)
         sub = view[:, cols // 2, :, :]  # (panels, c, 16, 2)
         sub = sub.gather(3, (cols % 2).view(1, -1, 1, 1).expand(panels, -1, 16, 1)).squeeze(3)
         return sub.permute(0, 2, 1).reshape(panels * 16, -1)[:n]
 
-    return read
-
 
 class CustomBackend(Backend):
     name = "custom"
-    description = (
-        "our kernels: C++ AVX512-VNNI/AVX2 (CPU); CUDA kernels + cuBLASLt (GPU, unverified)"
-    )
+    description = "our kernels: C++ AVX512-VNNI/AVX2 (CPU); CUDA kernels + cuBLASLt (GPU)"
+    verified = {"cpu": "reports/cpu-avx512vnni-2core (kept gpt3 run) and tests/test_backends.py"}
 
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)
@@ -74,15 +81,13 @@ class CustomBackend(Backend):
         pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
         if self._is_cuda(weight):
             return pw  # int8 (n, k) row-major is the layout the cuBLASLt "TN" GEMM reads
-        n, k = weight.shape
-        packed = cpu_ext.pack_weight(pw.int8)
-        pw.int8 = None  # the packed copy is the only one kept: one byte per weight
-        pw.extra["packed"] = packed
-        pw.extra["read_int8_columns"] = _read_packed_columns(packed, n, k)
-        pw.extra["bias_f32"] = bias.float().contiguous() if bias is not None else None
-        if pw.extra["bias_f32"] is not None:
-            pw.bias = None  # counted once, as the fp32 copy the kernel reads
-        return pw
+        return PackedWeight.extend(
+            pw,
+            int8=None,  # the packed copy is the only one kept: one byte per weight
+            bias=None,
+            packed=cpu_ext.pack_weight(pw.int8),
+            bias_f32=bias.float().contiguous() if bias is not None else None,
+        )
 
     def quantize(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
         if self._is_cuda(x):
@@ -108,7 +113,7 @@ class CustomBackend(Backend):
             raise InputError(
                 f"shape mismatch: a is {tuple(a.shape)}, layer in_features={pw.in_features}"
             )
-        return cpu_ext.gemm(a, pw.extra["packed"], pw.out_features)
+        return cpu_ext.gemm(a, pw.packed, pw.out_features)
 
     def outlier_product(self, qa, pw):
         """CPU: the operands of the outlier product, (x[:, O] fp32, w[:, O].T fp32); the
@@ -124,9 +129,7 @@ class CustomBackend(Backend):
         if self._is_cuda(acc):
             return _CUDA.dequantize(acc, qa, pw, outlier)
         ox, ow = outlier if outlier is not None else (None, None)
-        return cpu_ext.dequantize(
-            acc, qa.absmax, pw.absmax, pw.extra.get("bias_f32"), ox, ow, pw.dtype
-        )
+        return cpu_ext.dequantize(acc, qa.absmax, pw.absmax, pw.bias_f32, ox, ow, pw.dtype)
 
 
 BACKEND = CustomBackend()

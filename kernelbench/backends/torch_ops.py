@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from kernelbench import quant
 from kernelbench.backends.base import (
-    METHODS,
     Availability,
     Backend,
     Runner,
@@ -21,7 +20,8 @@ from kernelbench.backends.base import (
     torch_device_availability,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
-from kernelbench.quant import PreparedWeight, QuantizedActivation
+from kernelbench.core import METHODS
+from kernelbench.quant import PreparedWeight
 
 
 def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
@@ -57,6 +57,7 @@ class TorchBackend(Backend):
     name = "torch"
     description = "framework ops: torch._int_mm (oneDNN / cuBLASLt) + torch quantize/dequantize"
     methods = METHODS
+    verified = {"cpu": "reports/cpu-avx512vnni-2core (kept gpt3 run) and tests/test_backends.py"}
 
     def availability(self, device: torch.device) -> Availability:
         return torch_device_availability(device)
@@ -87,18 +88,13 @@ class TorchBackend(Backend):
         # as in the paper's fig. 2.
         return pw.dtype if pw.int8.is_cuda else torch.float32
 
-    def quantize(self, x, pw, cfg) -> QuantizedActivation:
-        cols = quant.decomposition_columns(x, pw, cfg)
-        return quant.quantize_activation(x, cols)
+    # quantize and dequantize: the reference stages of the base class (torch ops)
 
     def int8_matmul(self, a, pw) -> torch.Tensor:
         return int_mm(a, pw.int8)
 
     def outlier_product(self, qa, pw):
         return quant.outlier_product(qa, pw, self._compute_dtype(pw))
-
-    def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
-        return quant.dequantize(acc, qa, pw, outlier)
 
     # runners for the framework-only methods -------------------------------------------------
 

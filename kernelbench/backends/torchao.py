@@ -28,7 +28,13 @@ from functools import cache
 import torch
 
 from kernelbench.backends._peers import LazyImport
-from kernelbench.backends.base import Availability, Backend, Runner, torch_device_availability
+from kernelbench.backends.base import (
+    OWN_VARIANT,
+    Availability,
+    Backend,
+    Runner,
+    torch_device_availability,
+)
 from kernelbench.checks import check_activation, check_weight
 
 _TORCHAO = LazyImport("torchao")
@@ -91,7 +97,12 @@ def weight_bytes(lin: torch.nn.Linear) -> int:
 class TorchaoBackend(Backend):
     name = "torchao"
     methods = ("vectorwise",)
+    numerics = OWN_VARIANT
     compile: bool = False
+    verified = {
+        "cpu": "reports/cpu-avx512vnni-2core (kept gpt3 run, torchao 0.18.0) and "
+        "tests/test_peers.py"
+    }
 
     @property
     def description(self) -> str:  # type: ignore[override]

@@ -1,0 +1,191 @@
+"""The shape of the package: layering (what may import what), the backend registry as the one
+list of backends, and verification status as data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pkgutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import kernelbench.backends as backends_pkg
+from kernelbench import oracle
+from kernelbench.backends import REGISTRY, BrokenBackend, all_backends, load_backends
+from kernelbench.cli import app
+from kernelbench.quant import QuantConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Modules of kernelbench/backends that are not backends: the interface and helpers.
+BACKEND_HELPERS = {"base", "_peers", "custom_cuda"}
+EXTENSIONS = ("kernelbench._cpu", "kernelbench._cuda", "kernelbench._cutlass")
+
+
+def imported_after(*modules: str) -> set[str]:
+    """The modules a fresh interpreter holds after importing ``modules``."""
+    code = "import json, sys\n" + "".join(f"import {m}\n" for m in modules)
+    code += "print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_report_and_compare_do_not_import_torch():
+    loaded = imported_after("kernelbench.report", "kernelbench.compare", "kernelbench.core")
+    assert "kernelbench.report" in loaded and "kernelbench.compare" in loaded
+    assert "torch" not in loaded
+    assert not {m for m in loaded if m.startswith("kernelbench.backends")}
+
+
+@pytest.mark.parametrize("module", ["kernelbench.oracle", "kernelbench.env"])
+def test_lower_layers_import_no_backend_and_no_extension(module):
+    """The oracle judges the backends and env.json describes the machine: neither needs a
+    backend or a kernel extension."""
+    loaded = imported_after(module)
+    assert module in loaded
+    assert not {m for m in loaded if m.startswith("kernelbench.backends")}
+    assert not set(EXTENSIONS) & loaded
+
+
+# --- the registry --------------------------------------------------------------------------
+
+
+def test_every_backend_module_is_registered_or_a_declared_helper():
+    """A module in kernelbench/backends is a backend only through REGISTRY: none is left out
+    silently, and every entry names a module that exists."""
+    modules = {info.name for info in pkgutil.iter_modules(backends_pkg.__path__)}
+    registered = {module.rsplit(".", 1)[1] for _, module in REGISTRY}
+    assert modules - BACKEND_HELPERS == registered
+    assert [name for name, _ in REGISTRY] == list(all_backends())
+
+
+TOY_MODULE = '''
+"""A toy backend: nothing but the reference stages of kernelbench.quant."""
+from kernelbench.backends.base import Backend, torch_device_availability
+
+
+class ToyBackend(Backend):
+    name = "toy"
+    description = "the reference stages of kernelbench.quant, nothing overridden"
+
+    def availability(self, device):
+        return torch_device_availability(device)
+
+
+BACKEND = ToyBackend()
+'''
+
+
+@pytest.fixture
+def toy_registered(tmp_path, monkeypatch):
+    """A new backend module plus one line in the registry; the registry is reloaded after."""
+    (tmp_path / "kb_toy_backend.py").write_text(textwrap.dedent(TOY_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(backends_pkg, "REGISTRY", (*REGISTRY, ("toy", "kb_toy_backend")))
+    all_backends.cache_clear()
+    yield all_backends()["toy"]
+    monkeypatch.undo()
+    all_backends.cache_clear()
+    sys.modules.pop("kb_toy_backend", None)
+
+
+def test_adding_a_backend_is_one_module_plus_one_registry_line(
+    toy_registered, make_outliers, make_randn, check_oracle
+):
+    toy = toy_registered
+    assert list(all_backends())[-1] == "toy"
+    assert toy.availability(torch.device("cpu"))
+    assert toy.verification("cpu") == "unverified"
+    # it runs every int8 method, and the reference stages meet the oracle
+    x, dims = make_outliers(12, 48, n_outlier_dims=2)
+    w, bias = make_randn(20, 48, scale=0.1), make_randn(20)
+    cfg = QuantConfig()
+    for method in ("int8_raw", "vectorwise", "llm_int8"):
+        y = toy.runner(method, x, w, bias, cfg).run()
+        check_oracle(y, method, x, w, bias, cfg, what=f"toy/{method}", backend=toy)
+    # the CLI lists it, unverified
+    out = CliRunner().invoke(app, ["list"])
+    assert out.exit_code == 0, out.output
+    toy_lines = [ln for ln in out.output.splitlines() if "toy" in ln]
+    assert toy_lines and all("unverified" in ln for ln in toy_lines)
+
+
+def test_the_harness_measures_a_registered_toy_backend(toy_registered):
+    from kernelbench.cases import load_case
+    from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
+
+    tiny = dataclasses.replace(RunOptions().timer, budget_s=0.01, warmup_s=0.0, min_samples=1)
+    opts = RunOptions(
+        sizes=(768,),
+        tokens=(4,),
+        backends=("torch", "toy"),
+        methods=("fp16", "llm_int8"),
+        device="cpu",
+        timer=tiny,
+        stage_timer=tiny,
+        error_rows=4,
+    )
+    case = load_case("gpt3")
+    rows = [r for item in plan(case, opts) for r in measure_cell(item, case, opts, CallEstimator())]
+    toy_row = next(r for r in rows if (r.backend, r.method) == ("toy", "llm_int8"))
+    assert toy_row.status == "ok", toy_row.reason
+    assert toy_row.rel_error is not None and toy_row.rel_error < 0.05
+
+
+def test_a_broken_registry_entry_is_an_unavailable_backend_with_the_reason(tmp_path, monkeypatch):
+    (tmp_path / "kb_no_backend.py").write_text("X = 1\n")
+    (tmp_path / "kb_wrong_name.py").write_text(
+        "from kernelbench.backends.torch_ops import BACKEND\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = load_backends(
+        [
+            ("missing", "kb_module_that_does_not_exist"),
+            ("empty", "kb_no_backend"),
+            ("other", "kb_wrong_name"),
+        ]
+    )
+    reasons = {name: b.availability(torch.device("cpu")).reason for name, b in found.items()}
+    assert all(isinstance(b, BrokenBackend) for b in found.values())
+    assert "ModuleNotFoundError" in reasons["missing"]
+    assert "defines no BACKEND" in reasons["empty"]
+    assert "named 'torch'" in reasons["other"]
+    with pytest.raises(ValueError, match="registered twice"):
+        load_backends([("torch", "kernelbench.backends.torch_ops")] * 2)
+
+
+# --- verification status as data -----------------------------------------------------------
+
+
+def test_verification_evidence_names_files_that_exist():
+    """Each verified device names its evidence (a kept report, a test file) and it exists; a
+    device without evidence is reported as unverified."""
+    for name, backend in all_backends().items():
+        for device, evidence in backend.verified.items():
+            assert device in ("cpu", "cuda"), (name, device)
+            paths = [w for w in evidence.split() if w.startswith(("reports/", "tests/"))]
+            assert paths, f"{name} on {device}: no report or test named in {evidence!r}"
+            for p in paths:
+                assert (ROOT / p).exists(), f"{name} on {device}: {p} does not exist"
+        assert backend.verification("cuda") == backend.verified.get("cuda", "unverified")
+
+
+def test_cli_list_shows_verification():
+    out = CliRunner().invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert "verified" in out.output
+    assert "unverified" in out.output  # no backend has run on a GPU here
+
+
+def test_oracle_rejects_an_unknown_method():
+    x = torch.ones(2, 4)
+    with pytest.raises(ValueError, match="unknown method 'rowwise'"):
+        oracle.emulate("rowwise", x, x, None, QuantConfig())
