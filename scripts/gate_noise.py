@@ -13,8 +13,8 @@ GROUP more (the confirming rounds), merged in memory as `kernelbench merge` does
 2. otherwise `compare BASE FIRST+CONFIRM ...`: a `slower` row there fails CI.
 
 Unchanged code should never fail: each failure is a false alarm. Then for every draw and every
-`custom` `llm_int8` row, that row's `median_ms` is raised by INJECT (1.5 = +50%, issue 7's
-must-show) in both merges, and the script counts how often the gate fails naming that row.
+`custom` `llm_int8` row, that row's `median_ms` is raised by INJECT (1.5 = +50%: a regression
+the gate must catch) in both merges, and the script counts how often the gate fails naming that row.
 The committed baseline pools more rounds than BASELINE_ROUNDS, so CI's own noise is at most
 what this reports. Prints plain text; writes nothing.
 """
