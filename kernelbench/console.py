@@ -108,30 +108,70 @@ def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
     return table
 
 
+#: The methods of the compact speedup-by-tokens tables.
+COMPACT_METHODS = ("llm_int8", "int8_raw")
+#: The token count of the full tables when a run has several: the paper's App. D.1 cell.
+MAIN_TOKENS = 2048
+
+
+def tokens_grid(df: pd.DataFrame, backend: str, method: str, title: str) -> Table:
+    """Speedup (with its interval) of one backend and method: tokens x model size."""
+    sub = df[(df["backend"] == backend) & (df["method"] == method)]
+    sizes = sub.drop_duplicates("d_model").sort_values("d_model")[["d_model", "size"]]
+    table = Table(title=title, title_justify="left")
+    table.add_column("tokens", justify="right")
+    for _, s in sizes.iterrows():
+        table.add_column(escape(f"{s['size']}\nd={s['d_model']}"), justify="right")
+    for tokens in sorted(sub["tokens"].unique()):
+        by_d = {r["d_model"]: r for _, r in sub[sub["tokens"] == tokens].iterrows()}
+        table.add_row(str(tokens), *[_cell(by_d.get(d), speedup_text) for d in sizes["d_model"]])
+    return table
+
+
+def _print_cell(cell: pd.DataFrame, head: str, console: Console) -> None:
+    has_paper = cell["paper_speedup"].notna().any() if "paper_speedup" in cell else False
+    paper = "; paper App. D.1 in ()" if has_paper else ""
+    console.print(
+        grid(
+            cell,
+            f"Speedup over 16-bit, 95% interval ({head}{paper})",
+            lambda r, p=has_paper: speedup_text(r, p),
+        )
+    )
+    console.print(grid(cell, f"Median ms, samples, share of roofline ({head})", time_text))
+    console.print(grid(cell, f"Relative Frobenius error vs float64 ({head})", error_text))
+
+
 def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
-    """Per device class, layer and token count: speedup over 16-bit with its interval (the
-    paper's figure beside it where the paper has one), time with sample count and share of
-    the roofline, relative error; then suspect rows, then skipped and failed rows."""
+    """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
+    beside it where the paper has one), time with sample count and share of the roofline, and
+    relative error, at one token count (2048 when measured, else the largest); with several
+    token counts, compact tables of ``llm_int8`` and ``int8_raw`` speedup by tokens x size per
+    backend. Then suspect rows, then skipped and failed rows."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
-    for (dclass, layer, tokens), cell in df.groupby(["device_class", "layer", "tokens"]):
-        head = escape(f"{dclass} · layer {layer} · {tokens} tokens")
-        has_paper = cell["paper_speedup"].notna().any() if "paper_speedup" in cell else False
-        paper = "; paper App. D.1 in ()" if has_paper else ""
-        console.print(
-            grid(
-                cell,
-                f"Speedup over 16-bit, 95% interval ({head}{paper})",
-                lambda r, p=has_paper: speedup_text(r, p),
-            )
-        )
-        console.print(grid(cell, f"Median ms, samples, share of roofline ({head})", time_text))
-        console.print(grid(cell, f"Relative Frobenius error vs float64 ({head})", error_text))
+    for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
+        all_tokens = sorted(of_layer["tokens"].unique())
+        main = MAIN_TOKENS if MAIN_TOKENS in all_tokens else all_tokens[-1]
+        head = escape(f"{dclass} · layer {layer} · {main} tokens")
+        _print_cell(of_layer[of_layer["tokens"] == main], head, console)
+        if len(all_tokens) < 2:
+            continue
+        ok = of_layer[of_layer["status"] == "ok"]
+        for backend in sorted(ok["backend"].unique()):
+            for method in COMPACT_METHODS:
+                if ((ok["backend"] == backend) & (ok["method"] == method)).any():
+                    title = escape(
+                        f"{backend} {method}: speedup over 16-bit by tokens "
+                        f"({dclass} · layer {layer})"
+                    )
+                    console.print(tokens_grid(of_layer, backend, method, title))
     console.print(
         "[dim]fp16 = the device's 16-bit baseline (bf16 on CPU); ±: half the 95% interval of the "
         "median pair ratio; ! interval wider than the run's target; ? one pair only; S suspect "
-        "(see below); int8_raw error is against the exact integer product.[/dim]"
+        "(see below); int8_raw error is against the exact integer product; layer block = the "
+        "sum of one transformer block's linears.[/dim]"
     )
     _print_suspects(df, console)
     _print_skipped(df, console)

@@ -41,6 +41,8 @@ from kernelbench.statistics import median_interval, stats
 #: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
 #: needs them, and on CPUs without native bf16 the 16-bit baseline is the slowest row.
 BASELINE_CALL_FACTOR = 3.0
+#: ``--layer all``: every layer of one transformer block of each size.
+ALL_LAYERS = "all"
 
 
 @dataclass(frozen=True)
@@ -102,18 +104,25 @@ def resolve_device(device: str) -> torch.device:
 def plan(case: Case, opts: RunOptions) -> list[WorkItem]:
     sizes = [case.size(d) for d in opts.sizes] if opts.sizes else list(case.sizes)
     layer = opts.layer or case.default_layer
-    case.shape(layer, sizes[0].d_model)  # validates the layer name
+    if layer != ALL_LAYERS:
+        for s in sizes:
+            case.shape(layer, s.d_model)  # validates the layer name
     tokens = opts.tokens or case.default_tokens
     dist = opts.dist or case.default_dist
     if opts.activations is not None:
         dist = f"file:{Path(opts.activations).name}"
-    cells = [(s, t) for t in tokens for s in sizes]
+    cells = [
+        (s, lay, t)
+        for t in tokens
+        for s in sizes
+        for lay in (case.layer_names(s.d_model) if layer == ALL_LAYERS else (layer,))
+    ]
     items = []
     for r in range(opts.rounds):
         order = list(cells)
         if r:  # round 0 goes up in size, so that every call-time estimate comes from below
             random.Random(case.seed + r).shuffle(order)
-        items += [WorkItem(s, layer, t, dist, round=r) for s, t in order]
+        items += [WorkItem(s, lay, t, dist, round=r) for s, lay, t in order]
     return items
 
 

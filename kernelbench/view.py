@@ -31,7 +31,7 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
     for dclass in {r.device_class for r in pooled}:
         of_class = [r for r in pooled if r.device_class == dclass]
         annotate(of_class, peaks(env, dclass), ci_target(env))
-    return pooled
+    return pooled + block_rows(pooled)
 
 
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
@@ -47,3 +47,54 @@ def load_view(run_dir: str | Path) -> pd.DataFrame:
     if not rows:
         raise SchemaError(f"{results}: no result rows")
     return pooled_view(rows, load_env(results.parent))
+
+
+def _weighted(values: list[float], weights: list[float]) -> float:
+    return sum(v * w for v, w in zip(values, weights, strict=True))
+
+
+def block_rows(rows: list[ResultRow]) -> list[ResultRow]:
+    """Per (size, tokens, backend, method): one row ``layer="block"`` summing one transformer
+    block's linears, when the run measured several layers of that size and the method ran on
+    all of them (the kernel-level counterpart of App. D.2's per-token latency).
+
+    Its speedup is the summed baseline time over the summed time, i.e. the time-weighted mean
+    of the layers' speedups; its interval weighs the layers' interval ends the same way (a
+    conservative bound: it assumes the layers' errors move together)."""
+    cells: dict[tuple, list[ResultRow]] = {}
+    layers: dict[tuple, set[str]] = {}
+    for r in rows:
+        cell = (r.device_class, r.case, r.d_model, r.tokens)
+        layers.setdefault(cell, set()).add(r.layer)
+        cells.setdefault((*cell, r.backend, r.method), []).append(r)
+    out = []
+    for (*cell, _backend, _method), group in cells.items():
+        names = layers[tuple(cell)]
+        if len(names) < 2 or len(group) != len(names) or any(r.status != "ok" for r in group):
+            continue
+        times = [r.median_ms for r in group]
+        total = sum(times)
+        weights = [t / total for t in times]
+        row = dataclasses.replace(group[0], layer="block", k=0, n=0, raw_ms=[], baseline_raw_ms=[])
+        row.median_ms, row.samples = total, min(r.samples for r in group)
+        row.flops = sum(r.flops or 0.0 for r in group)
+        row.bytes = sum(r.bytes or 0.0 for r in group)
+        row.tops = row.flops / (total / 1e3) / 1e12 if row.flops else None
+        row.paired = all(r.paired for r in group)
+        row.reason = "sum of layers " + ", ".join(r.layer for r in group)
+        row.rel_error = max((r.rel_error for r in group if r.rel_error is not None), default=None)
+        row.iqr_ms = row.rel_spread = row.roofline_tops = row.roofline_share = None
+        row.stages_ms, row.paper_speedup = {}, None
+        speedups = [r.speedup for r in group]
+        if all(s is not None for s in speedups):
+            row.speedup = _weighted(speedups, weights)
+            row.baseline_ms = total * row.speedup
+            lows, highs = [r.speedup_lo for r in group], [r.speedup_hi for r in group]
+            if all(v is not None for v in lows + highs):
+                row.speedup_lo = _weighted(lows, weights)
+                row.speedup_hi = _weighted(highs, weights)
+        row.suspect = any(r.suspect for r in group)
+        row.suspect_reason = "; ".join(f"{r.layer}: {r.suspect_reason}" for r in group if r.suspect)
+        row.ci_wide = any(r.ci_wide for r in group)
+        out.append(row)
+    return out

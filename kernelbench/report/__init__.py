@@ -90,6 +90,7 @@ def _single(run: data.Run) -> dict:
         figures = [
             plots.speedup_vs_dmodel(ok, layer, tokens),
             plots.speedup_vs_tokens(ok, layer),
+            plots.speedup_heatmaps(ok, layer),
             plots.stage_bars(ok, layer, tokens),
             plots.error_vs_dmodel(ok, layer, tokens),
             plots.memory_bars(ok, layer),

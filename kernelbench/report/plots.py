@@ -144,6 +144,39 @@ def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
     return Figure("Speedup vs tokens", f"layer {layer}; line style: backend", uri)
 
 
+def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
+    """Speedup over 16-bit as a model size x tokens heatmap, one panel per backend · method
+    (``llm_int8`` and ``int8_raw``); only when several token counts were run."""
+    df = ok[(ok["layer"] == layer) & ok["method"].isin(("llm_int8", "int8_raw"))]
+    df = df.dropna(subset=["speedup"])
+    if df["tokens"].nunique() < 2:
+        return None
+    panels = sorted(df.groupby(["backend", "method"]), key=lambda kv: (str(kv[0][0]), kv[0][1]))
+    with _style():
+        fig, axes = _new(len(panels), wrap=2, sharey=False, h=3.2)
+        for ax, ((backend, method), g) in zip(axes, panels, strict=True):
+            grid = g.pivot_table(index="tokens", columns="d_model", values="speedup")
+            sns.heatmap(
+                grid,
+                ax=ax,
+                annot=True,
+                fmt=".2f",
+                cmap="RdYlGn",
+                center=1.0,
+                cbar=False,
+                annot_kws={"fontsize": 7},
+            )
+            ax.set_title(f"{backend} · {method}", fontsize=9)
+            ax.set_xlabel("model dimension d")
+            ax.set_ylabel("tokens")
+        uri = _encode(fig)
+    return Figure(
+        "Speedup over 16-bit: model size x tokens",
+        f"layer {layer}; green above 1 (faster than 16-bit), red below; intervals in the tables",
+        uri,
+    )
+
+
 def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Stacked bar of median time per stage, per backend · method, one panel per size; the
     black tick is the whole method's median (stages are timed separately)."""
