@@ -189,3 +189,21 @@ def test_oracle_rejects_an_unknown_method():
     x = torch.ones(2, 4)
     with pytest.raises(ValueError, match="unknown method 'rowwise'"):
         oracle.emulate("rowwise", x, x, None, QuantConfig())
+
+
+def test_readme_backend_table_states_the_verified_devices():
+    """The README's backend table says "verified" in a device's column exactly where the
+    backend declares evidence for that device, and lists every registered backend."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("## Backends")
+    table = [ln for ln in lines[start:] if ln.startswith("| `")]
+    seen = set()
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        name = cells[0].strip("`")
+        backend = all_backends()[name]
+        seen.add(name)
+        for device, cell in zip(("cpu", "cuda"), cells[-2:], strict=True):
+            claims = cell.startswith("verified")
+            assert claims == (device in backend.verified), f"README: {name} on {device}: {cell}"
+    assert seen == set(all_backends())
