@@ -121,6 +121,10 @@ def _cases(randn, outliers) -> list[dict]:
     x = randn(g, 4, 64, dtype=torch.float32)
     x[1] = x[1] * 1e-38 / x[1].abs().amax()
     cases.append(_case(TINY, "vectorwise", x, randn(g, 16, 64, dtype=torch.float32)))
+    # a weight row (output column) with absmax 1e-30: every row takes the fp64 scale
+    w = randn(g, 16, 32, dtype=torch.float32)
+    w[3] = w[3] * 1e-30
+    cases.append(_case("tiny_column_fp32_8x32x16", "vectorwise", randn(g, 8, 32, dtype=w.dtype), w))
     return cases
 
 
@@ -163,6 +167,8 @@ CASE_NAMES = [
     "multi_llm_int8_bf16_1x300x260",
     "multi_int8_raw_130x17x33",
     "multi_llm_int8_fp16_1100x40x24",
+    TINY,
+    "tiny_column_fp32_8x32x16",
 ]
 
 
@@ -347,7 +353,7 @@ def test_fused_gemm_compiles_for_sm90_without_a_gpu():
     sig.update(out_ptr="*bf16", row_ptr="*fp32", col_ptr="*fp32", bias_ptr="*bf16")
     sig.update(xo_ptr="*fp32", wo_ptr="*fp32", dq="fp32")
     sig.update({n: "i32" for n in ("M", "N", "K", "C", "stride_am", "stride_bn", "stride_om")})
-    consts = dict(EPILOGUE=True, HAS_BIAS=True, HAS_OUTLIER=True, OUT_BF16=True)
+    consts = dict(EPILOGUE=True, HAS_BIAS=True, HAS_OUTLIER=True, ALL_WIDE=False, OUT_BF16=True)
     consts.update(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8)
     sig.update({n: "constexpr" for n in consts})
     order = tri._kernels()["gemm"].arg_names

@@ -20,6 +20,8 @@ Kernels (built lazily on first use; importing this module never imports triton):
   float32 updates (``c`` = number of outlier dims), stored in the layer's dtype. Without
   ``EPILOGUE`` it stores the int32 product (the ``int8_matmul`` stage, ``int8_raw``).
 * ``_dequantize_kernel``: the same epilogue on an int32 matrix (the ``dequantize`` stage).
+  A row whose absmax is outside [2^-32, 2^32] (every row, when some column's is) takes the
+  scale product in fp64, rounded once to fp32, as :func:`kernelbench.quant.dequantize_outer`.
 
 ``linear`` (what ``Runner.run`` times) = outlier detection + quantize + ONE fused GEMM kernel; no
 int32 matrix is written. ``outlier_product`` returns the float32 operands
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from dataclasses import dataclass
 
 import torch
 
@@ -53,6 +56,7 @@ from kernelbench import padding, quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend
 from kernelbench.checks import FLOAT_DTYPES
 from kernelbench.checks import require as _require
+from kernelbench.padding import extend_weight
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 #: Largest k whose worst-case int32 sum ``k * 127 * 127`` cannot overflow.
@@ -180,13 +184,22 @@ def _kernels():
     @triton.jit
     def _epilogue(
         acc, offs_m, offs_n, m_ok, n_ok, row_ptr, col_ptr, bias_ptr, xo_ptr, wo_ptr, C, dq,
-        HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
+        HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr, ALL_WIDE: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
         row = tl.load(row_ptr + offs_m, mask=m_ok, other=0.0)
         col = tl.load(col_ptr + offs_n, mask=n_ok, other=0.0)
         scale = row[:, None] * (col * dq)[None, :]  # dq: 1/127^2 as float32
         y = acc.to(tl.float32) * scale
+        # rows whose scale is outside [2^-32, 2^32] (all rows with ALL_WIDE: some column's is)
+        # take an fp64 scale, rounded once to fp32, as quant.dequantize_outer
+        wide = (row != 0) & ((row < 2.3283064365386963e-10) | (row > 4294967296.0))
+        if ALL_WIDE:
+            wide = offs_m >= 0
+        if tl.max(wide.to(tl.int32), axis=0) > 0:
+            dq64 = tl.full((BLOCK_N,), 1.0, tl.float64) / 16129.0
+            s64 = row.to(tl.float64)[:, None] * (col.to(tl.float64) * dq64)[None, :]
+            y = tl.where(wide[:, None], (acc.to(tl.float64) * s64).to(tl.float32), y)
         if HAS_BIAS:
             y = y + tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         if HAS_OUTLIER:
@@ -203,7 +216,7 @@ def _kernels():
         a_ptr, b_ptr, out_ptr, row_ptr, col_ptr, bias_ptr, xo_ptr, wo_ptr,
         M, N, K, C, dq, stride_am, stride_bn, stride_om,
         EPILOGUE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr,
-        OUT_BF16: tl.constexpr,
+        ALL_WIDE: tl.constexpr, OUT_BF16: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr,
     ):  # fmt: skip
@@ -233,7 +246,8 @@ def _kernels():
         ok = m_ok[:, None] & n_ok[None, :]
         if EPILOGUE:
             y = _epilogue(acc, offs_m, offs_n, m_ok, n_ok, row_ptr, col_ptr, bias_ptr, xo_ptr,
-                          wo_ptr, C, dq, HAS_BIAS, HAS_OUTLIER, BLOCK_M, BLOCK_N)  # fmt: skip
+                          wo_ptr, C, dq, HAS_BIAS, HAS_OUTLIER, ALL_WIDE, BLOCK_M,
+                          BLOCK_N)  # fmt: skip
             if OUT_BF16:
                 tl.store(out, _to_bf16(y), mask=ok)
             else:
@@ -245,8 +259,8 @@ def _kernels():
     def _dequantize_kernel(
         acc_ptr, out_ptr, row_ptr, col_ptr, bias_ptr, xo_ptr, wo_ptr, M, N, C, dq,
         stride_am, stride_om,
-        HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr, OUT_BF16: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        HAS_BIAS: tl.constexpr, HAS_OUTLIER: tl.constexpr, ALL_WIDE: tl.constexpr,
+        OUT_BF16: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     ):  # fmt: skip
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -256,7 +270,7 @@ def _kernels():
         rows = offs_m[:, None].to(tl.int64)
         acc = tl.load(acc_ptr + rows * stride_am + offs_n[None, :], mask=ok, other=0)
         y = _epilogue(acc, offs_m, offs_n, m_ok, n_ok, row_ptr, col_ptr, bias_ptr, xo_ptr,
-                      wo_ptr, C, dq, HAS_BIAS, HAS_OUTLIER, BLOCK_M, BLOCK_N)  # fmt: skip
+                      wo_ptr, C, dq, HAS_BIAS, HAS_OUTLIER, ALL_WIDE, BLOCK_M, BLOCK_N)  # fmt: skip
         out = out_ptr + rows * stride_om + offs_n[None, :]
         if OUT_BF16:
             tl.store(out, _to_bf16(y), mask=ok)
@@ -315,6 +329,21 @@ def _check_float(t: torch.Tensor | None, name: str, shape: tuple[int, ...]) -> N
     _require(t.is_contiguous(), f"{name} must be contiguous")
 
 
+@dataclass
+class TritonWeight(PreparedWeight):
+    """The prepared weight plus whether every column absmax is a float32-safe scale
+    (:func:`kernelbench.quant.scale_is_safe`), known once here instead of per call."""
+
+    cols_safe: bool
+
+
+def _all_wide(pw: PreparedWeight) -> bool:
+    """Whether every output row takes the fp64 scale (some column's scale is not safe)."""
+    if isinstance(pw, TritonWeight):
+        return not pw.cols_safe
+    return not bool(quant.scale_is_safe(pw.absmax).all())  # one host sync
+
+
 class TritonBackend(Backend):
     name = "triton"
     description = (
@@ -354,6 +383,11 @@ class TritonBackend(Backend):
         return Availability.no(why) if why else Availability.yes()
 
     # --- stages ----------------------------------------------------------------------------
+
+    def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> TritonWeight:
+        pw = super().prepare_weight(weight, bias, cfg, kept_rows)
+        safe = bool(quant.scale_is_safe(pw.absmax).all())
+        return extend_weight(TritonWeight, pw, cols_safe=safe)
 
     def quantize(
         self, x: torch.Tensor, pw: PreparedWeight, cfg: QuantConfig
@@ -433,7 +467,7 @@ class TritonBackend(Backend):
             xo if xo is not None else dummy, wo if wo is not None else dummy,
             m, n, k, c, quant.DEQUANT_CONSTANT, a.stride(0), pw.int8.stride(0), out.stride(0),
             EPILOGUE=row is not None, HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0,
-            OUT_BF16=out.dtype == torch.bfloat16,
+            ALL_WIDE=row is not None and _all_wide(pw), OUT_BF16=out.dtype == torch.bfloat16,
             **cfg, **NO_FMA,
         )  # fmt: skip
         return out
@@ -494,7 +528,8 @@ class TritonBackend(Backend):
             acc, out, row, col, bias if bias is not None else out,
             xo if xo is not None else out, wo if wo is not None else out,
             m, n, c, quant.DEQUANT_CONSTANT, acc.stride(0), out.stride(0),
-            HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0, OUT_BF16=out.dtype == torch.bfloat16,
+            HAS_BIAS=bias is not None, HAS_OUTLIER=c > 0, ALL_WIDE=_all_wide(pw),
+            OUT_BF16=out.dtype == torch.bfloat16,
             BLOCK_M=bm, BLOCK_N=bn, **NO_FMA,
         )  # fmt: skip
         return out
