@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernelbench import quant
+from kernelbench import padding, quant
 from kernelbench.backends.base import (
     Availability,
     Backend,
@@ -28,7 +28,8 @@ def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     """``a @ b_nk.T`` in int32 through ``torch._int_mm``, with its shape rules checked first.
 
     CUDA's ``_int_mm`` (cuBLASLt) needs m > 16 and k, n multiples of 8; smaller m is padded with
-    zero rows here (the rows are dropped again), other shapes are an error.
+    zero rows here (the rows are dropped again), other k, n are an error (the backend pads them:
+    :data:`CUDA_DIM_MULTIPLE`).
     """
     check_int8_operands(a, b_nk)
     m = a.shape[0]
@@ -53,6 +54,10 @@ def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     return torch._int_mm(a, b_kn)
 
 
+#: k and n of CUDA's ``torch._int_mm`` are zero-padded to multiples of this (exact).
+CUDA_DIM_MULTIPLE = 8
+
+
 class TorchBackend(Backend):
     name = "torch"
     description = "framework ops: torch._int_mm (oneDNN / cuBLASLt) + torch quantize/dequantize"
@@ -70,14 +75,9 @@ class TorchBackend(Backend):
             return Availability.no(
                 "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
             )
-        if (
-            torch.device(device).type == "cuda"
-            and method not in ("fp32", "fp16")
-            and (k % 8 or n % 8)
-        ):
-            return Availability.no(
-                f"torch._int_mm on CUDA needs k, n multiples of 8 (k={k}, n={n})"
-            )
+        if torch.device(device).type == "cuda" and method not in ("fp32", "fp16"):
+            why = padding.shape_rule(k, n, CUDA_DIM_MULTIPLE)  # any k, n: padded to 8
+            return Availability.no(why) if why else Availability.yes()
         return Availability.yes()
 
     # stages --------------------------------------------------------------------------------
@@ -86,12 +86,16 @@ class TorchBackend(Backend):
         # On CPU without native bf16 the 16-bit matmul is emulated and slow; fp32 is both faster
         # and more accurate there. On CUDA the outlier product runs in the layer's 16-bit dtype
         # as in the paper's fig. 2.
-        return pw.dtype if pw.int8.is_cuda else torch.float32
+        return pw.dtype if pw.absmax.is_cuda else torch.float32
+
+    def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> PreparedWeight:
+        pw = super().prepare_weight(weight, bias, cfg, kept_rows)
+        return padding.pad_prepared(pw, CUDA_DIM_MULTIPLE) if weight.is_cuda else pw
 
     # quantize and dequantize: the reference stages of the base class (torch ops)
 
     def int8_matmul(self, a, pw) -> torch.Tensor:
-        return int_mm(a, pw.int8)
+        return padding.padded_gemm(a, padding.gemm_weight(pw), pw.out_features, int_mm)
 
     def outlier_product(self, qa, pw):
         return quant.outlier_product(qa, pw, self._compute_dtype(pw))
@@ -99,6 +103,13 @@ class TorchBackend(Backend):
     # runners for the framework-only methods -------------------------------------------------
 
     def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
+        r = self._runner(method, x, weight, bias, cfg, kept_rows)
+        if x.is_cuda and method not in ("fp32", "fp16"):  # the padded shape _int_mm multiplies
+            shape = padding.padded_shape(weight.shape[1], weight.shape[0], CUDA_DIM_MULTIPLE)
+            r.variant = shape.describe()
+        return r
+
+    def _runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
         if method in ("fp32", "fp16"):
             check_activation(x, weight)
             check_weight(weight, bias)
@@ -127,8 +138,13 @@ class TorchBackend(Backend):
         def quantize():
             return scheme(x)
 
+        wq_gemm = wq
+        if x.is_cuda:
+            shape = padding.padded_shape(weight.shape[1], n, CUDA_DIM_MULTIPLE)
+            wq_gemm = padding.pad_weight(wq, shape)
+
         def matmul(xq):
-            return int_mm(xq, wq)
+            return padding.padded_gemm(xq, wq_gemm, n, int_mm)
 
         def dequantize(acc, x_amax):
             x_amax = x_amax.expand(acc.shape[0]) if not per_row else x_amax
@@ -143,7 +159,7 @@ class TorchBackend(Backend):
 
         xq0, x_amax0 = quantize()
         acc0 = stage_accumulator(x.shape[0], n, x.shape[1], x.device)
-        nbytes = wq.numel() + w_amax.numel() * 4
+        nbytes = wq_gemm.numel() + w_amax.numel() * 4
         return Runner(
             run=run,
             stages={
