@@ -318,6 +318,14 @@ def test_no_peak_known(tmp_path):
     assert "% of roofline" not in html
 
 
+def test_error_table_with_outliers_found_and_planted(single):
+    _, html = single
+    cells = [c for c in _parse(html).cells if c["kind"] == "error"]
+    assert cells and all(c["text"] != "" for c in cells)
+    rows = {(c["data-method"], c["data-d-model"]): c for c in cells}
+    assert any(m == "llm_int8" for m, _ in rows)
+
+
 def test_memory_cells(single):
     _, html = single
     cells = [c for c in _parse(html).cells if c["kind"] == "memory"]
@@ -350,7 +358,8 @@ def _png_ok(uri: str) -> None:
 def test_images_decode(single):
     _, html = single
     images = _parse(html).images
-    assert len(images) == 5
+    # speedup vs d, speedup vs tokens, size x tokens heatmaps, stages, error, memory
+    assert len(images) == 6
     for uri in images:
         _png_ok(uri)
 

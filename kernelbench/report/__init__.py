@@ -104,6 +104,7 @@ def _single(run: data.Run) -> dict:
                 "tops": tables.tops_grids(cell, peaks),
                 "peaks": _peak_lines(peaks),
                 "memory": tables.memory_grid(cell),
+                "errors": tables.error_grids(cell),
                 "suspects": tables.suspect_rows(ok),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
                 "figures": [f for f in figures if f is not None],

@@ -190,6 +190,42 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
     return grids
 
 
+def error_grids(ok: pd.DataFrame) -> list[Grid]:
+    """Relative Frobenius error against float64 per backend, method and size; beside each
+    decomposing row, the outlier columns it detected and the columns the inputs planted."""
+    grids = []
+    for backend, df in sorted(ok.groupby("backend"), key=lambda kv: str(kv[0])):
+        dims, columns = _columns(df)
+        by = {(r["method"], r["d_model"]): r for r in df.to_dict("records")}
+        rows = []
+        for method in data.sorted_methods(df["method"]):
+            cells = []
+            for d in dims:
+                r = by.get((method, d))
+                value = None if r is None or _missing(r.get("rel_error")) else r["rel_error"]
+                found, planted = (
+                    (r or {}).get("outlier_cols"),
+                    (r or {}).get("planted_outlier_cols"),
+                )
+                note = ""
+                if method == "llm_int8" and not _missing(found) and not _missing(planted):
+                    note = f"outliers {int(found)} found / {int(planted)} planted"
+                cells.append(
+                    Cell(
+                        text="–" if value is None else f"{value:.2e}",
+                        note=note,
+                        attrs=_cell_attrs(str(backend), method, d, value),
+                    )
+                )
+            rows.append(Row(data.method_label(method), method, cells))
+        caption = (
+            "relative Frobenius error against the float64 product (int8_raw: against the exact "
+            "integer product); llm_int8: outlier columns detected beside those the inputs planted"
+        )
+        grids.append(Grid(f"backend {backend}", caption, columns, rows, "error"))
+    return grids
+
+
 def memory_grid(ok: pd.DataFrame) -> Grid | None:
     """Weight bytes per method and size, as MiB and as a share of the 16-bit weights."""
     df = ok.dropna(subset=["weight_bytes"]) if "weight_bytes" in ok else ok.iloc[0:0]
