@@ -44,7 +44,11 @@ def slowed(run: LoadedRun, key: tuple | None, factor: float) -> LoadedRun:
     if key is None:
         return run
     rows = dict(run.rows)
-    rows[key] = dict(rows[key], median_ms=rows[key]["median_ms"] * factor)
+    row = dict(rows[key], median_ms=rows[key]["median_ms"] * factor)
+    for name in ("speedup", "speedup_lo", "speedup_hi"):  # every pair's row call slower
+        if row.get(name) is not None:
+            row[name] /= factor
+    rows[key] = row
     return LoadedRun(run.path, rows, run.env, 0)
 
 
