@@ -25,6 +25,7 @@ Conventions (see ``../shared/paper/llm-int8-card.txt``):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import Enum
 from typing import Literal, TypeVar
 
 import torch
@@ -34,7 +35,24 @@ INT8_MAX = 127
 # from 1/127^2 by 1.8e-5 relative.
 DEQUANT_CONSTANT = 1.0 / (INT8_MAX * INT8_MAX)
 
-OutlierComparison = Literal[">", ">="]
+
+class OutlierTest(str, Enum):
+    """The outlier test of eq. 8, one type from the CLI to the kernels: some ``|x| > alpha``
+    in a column (the paper's wording) or ``|x| >= alpha`` (bitsandbytes). Compares equal to
+    its string; a kernel takes :attr:`inclusive`."""
+
+    GT = ">"
+    GE = ">="
+
+    @property
+    def inclusive(self) -> bool:
+        """``alpha`` itself is an outlier (``>=``)."""
+        return self is OutlierTest.GE
+
+    def __str__(self) -> str:
+        return self.value
+
+
 OutlierWeights = Literal["fp16", "int8"]
 
 _Weight = TypeVar("_Weight", bound="PreparedWeight")
@@ -45,12 +63,15 @@ class QuantConfig:
     """The knobs of LLM.int8() that the paper and its official code set differently."""
 
     alpha: float = 6.0
-    outlier_cmp: OutlierComparison = ">"
+    outlier_cmp: OutlierTest = OutlierTest.GT  # a string ">" / ">=" is converted
     outlier_weights: OutlierWeights = "fp16"
 
     def __post_init__(self) -> None:
-        if self.outlier_cmp not in (">", ">="):
-            raise ValueError(f"outlier_cmp must be '>' or '>=', got {self.outlier_cmp!r}")
+        try:
+            object.__setattr__(self, "outlier_cmp", OutlierTest(self.outlier_cmp))
+        except ValueError:
+            msg = f"outlier_cmp must be '>' or '>=', got {self.outlier_cmp!r}"
+            raise ValueError(msg) from None
         if self.outlier_weights not in ("fp16", "int8"):
             raise ValueError(
                 f"outlier_weights must be 'fp16' or 'int8', got {self.outlier_weights!r}"
@@ -174,15 +195,15 @@ def zeropoint_matmul(
 # --- outliers and the mixed-precision decomposition ---------------------------------------------
 
 
-def outlier_mask(x: torch.Tensor, alpha: float, cmp: OutlierComparison) -> torch.Tensor:
+def outlier_mask(x: torch.Tensor, alpha: float, cmp: OutlierTest | str) -> torch.Tensor:
     """Bool mask over the k columns of ``x``: some ``|x| > alpha`` (or ``>=``) in the column."""
     if alpha <= 0 or x.shape[0] == 0:
         return torch.zeros(x.shape[1], dtype=torch.bool, device=x.device)
     colmax = x.abs().amax(dim=0).float()
-    return colmax > alpha if cmp == ">" else colmax >= alpha
+    return colmax >= alpha if OutlierTest(cmp).inclusive else colmax > alpha
 
 
-def outlier_columns(x: torch.Tensor, alpha: float, cmp: OutlierComparison) -> torch.Tensor:
+def outlier_columns(x: torch.Tensor, alpha: float, cmp: OutlierTest | str) -> torch.Tensor:
     """Sorted int64 indices of the outlier feature dimensions of ``x`` (eq. 8's set O)."""
     return outlier_mask(x, alpha, cmp).nonzero().flatten()
 

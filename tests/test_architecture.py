@@ -207,3 +207,19 @@ def test_readme_backend_table_states_the_verified_devices():
             claims = cell.startswith("verified")
             assert claims == (device in backend.verified), f"README: {name} on {device}: {cell}"
     assert seen == set(all_backends())
+
+
+def test_the_outlier_test_has_one_encoding():
+    """'>' and '>=' become one OutlierTest everywhere: it equals its string, is written to JSON
+    as that string, and the kernels read its ``inclusive`` flag."""
+    from kernelbench.quant import OutlierTest, outlier_columns
+
+    cfg = QuantConfig(6.0, ">=")
+    assert cfg.outlier_cmp is OutlierTest.GE and cfg.outlier_cmp == ">="
+    assert json.loads(json.dumps(dataclasses.asdict(cfg)))["outlier_cmp"] == ">="
+    assert f"{cfg.outlier_cmp}" == ">=" and not QuantConfig().outlier_cmp.inclusive
+    x = torch.tensor([[6.0, 1.0, -7.0]])
+    assert outlier_columns(x, 6.0, cfg.outlier_cmp).tolist() == [0, 2]
+    assert outlier_columns(x, 6.0, ">").tolist() == [2]
+    with pytest.raises(ValueError, match="outlier_cmp must be"):
+        QuantConfig(6.0, "=>")

@@ -99,7 +99,7 @@ class CustomBackend(Backend):
         mask = None
         cols = torch.zeros(0, dtype=torch.int64)
         if cfg.decomposition:
-            mask = cpu_ext.detect_outliers(x, cfg.alpha, cfg.outlier_cmp == ">=")
+            mask = cpu_ext.detect_outliers(x, cfg.alpha, cfg.outlier_cmp.inclusive)
             if pw.kept_rows.numel():
                 mask[pw.kept_rows] = True
             cols = mask.nonzero().flatten()
