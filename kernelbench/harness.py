@@ -41,6 +41,8 @@ from kernelbench.statistics import median_interval, stats
 #: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
 #: needs them, and on CPUs without native bf16 the 16-bit baseline is the slowest row.
 BASELINE_CALL_FACTOR = 3.0
+#: Pairs an extra round is expected to take per uncertain row (to fit extra rounds in budget).
+EXTRA_ROUND_PAIRS = 4
 #: ``--layer all``: every layer of one transformer block of each size.
 ALL_LAYERS = "all"
 
@@ -70,6 +72,8 @@ class RunOptions:
     #: the run measures its cell again while ``extra_rounds`` last, then says so.
     ci_target: float = 0.05
     extra_rounds: int = 2
+    #: Estimated seconds each extra round may take (cheapest uncertain cells first).
+    extra_round_budget_s: float = 90.0
 
 
 @dataclass(frozen=True)
@@ -392,22 +396,39 @@ def load_user_activations(opts: RunOptions) -> torch.Tensor | None:
 
 
 def followup_items(
-    rows: list[dict], env: dict, items: list[WorkItem], next_round: int
+    rows: list[dict],
+    env: dict,
+    items: list[WorkItem],
+    next_round: int,
+    budget_s: float | None = None,
 ) -> list[WorkItem]:
     """Work items of one extra round for the cells whose pooled rows are still uncertain: a
     speedup interval wider than the run's ``ci_target``, or an ordering contradiction (which
     more pairs either resolve or confirm). Each item measures only those rows (and the
-    baseline they pair with)."""
+    baseline they pair with). With ``budget_s``, the cheapest cells come first and the round
+    stops where their estimated cost (a few pairs each, from the times measured so far) would
+    exceed it: more pairs go where they are affordable."""
     from kernelbench.view import pooled_rows
 
     uncertain: dict[tuple, set[tuple[str, str]]] = {}
+    cost: dict[tuple, float] = {}
     for row in pooled_rows(rows, env):
+        if row.layer not in {i.layer for i in items}:
+            continue  # a per-block row: its layers are measured, not it
         if row.status == "ok" and (row.ci_wide or "ordering" in row.suspect_reason):
             cell = (row.d_model, row.layer, row.tokens)
             uncertain.setdefault(cell, set()).add((row.backend, row.method))
+            pair_s = ((row.median_ms or 0.0) + (row.baseline_ms or 0.0)) / 1e3
+            cost[cell] = cost.get(cell, 0.0) + EXTRA_ROUND_PAIRS * pair_s
     cells = {(i.size.d_model, i.layer, i.tokens): i for i in items}
-    return [
-        WorkItem(cells[c].size, c[1], c[2], cells[c].dist, next_round, frozenset(pairs))
-        for c, pairs in uncertain.items()
-        if c in cells
-    ]
+    chosen, spent = [], 0.0
+    for c in sorted(uncertain, key=lambda c: cost[c]):
+        if c not in cells:
+            continue
+        if budget_s is not None and spent + cost[c] > budget_s:
+            break
+        spent += cost[c]
+        chosen.append(
+            WorkItem(cells[c].size, c[1], c[2], cells[c].dist, next_round, frozenset(uncertain[c]))
+        )
+    return chosen

@@ -143,3 +143,6 @@ def test_wide_intervals_are_flagged_and_get_an_extra_round():
     (extra,) = followup_items(rows, env, items, next_round=2)
     assert extra.round == 2 and extra.only == frozenset({("custom", "int8_raw")})
     assert followup_items([baseline(), row("vectorwise", [1.5] * 8)], env, items, 2) == []
+    # a budget for the extra round: a cell that would not fit is left out
+    assert followup_items(rows, env, items, 2, budget_s=1e-6) == []
+    assert followup_items(rows, env, items, 2, budget_s=100.0) == [extra]
