@@ -5,8 +5,9 @@
 // with int32 accumulation on a packed weight layout; one fused pass dequantizes (outer product of
 // the scales / 127^2, + bias, + the outlier product of the few outlier columns). Each kernel has
 // a scalar reference here and an AVX2 version (cpu_int8_avx2.cpp); the GEMM also has an
-// AVX512-VNNI version (cpu_int8_avx512.cpp). The kernel set is picked at run time:
-// "avx512vnni" (AVX2 kernels + the VNNI GEMM), "avx2" or "scalar".
+// AVX512-VNNI version (cpu_int8_avx512.cpp). The kernel set (a table of function pointers,
+// KernelSet) is picked once at import: "avx512vnni" (AVX2 kernels + the VNNI GEMM), "avx2" or
+// "scalar".
 #include <omp.h>
 #include <pybind11/pybind11.h>
 
@@ -132,10 +133,10 @@ bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t*
       if (!mask || !mask[j]) amax = std::max(amax, std::fabs(v));
     }
     absmax[r] = amax;
-    const float s = amax > 0.f ? 127.f / amax : 0.f;
+    const float p = quant_prescale(amax), s = quant_scale(amax);
     for (int64_t j = 0; j < k; ++j) {
       const float v = (mask && mask[j]) ? 0.f : load_scalar(x, dt, r * k + j);
-      const float t = std::nearbyint(v * s);
+      const float t = std::nearbyint((v * p) * s);
       q[r * k + j] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, t)));
     }
     for (int64_t i = 0; i < c; ++i)
@@ -145,52 +146,104 @@ bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t*
   return finite;
 }
 
-void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c) {
-  const int64_t pairs = (k + 1) / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t col = 0; col < n; ++col) {
-    const int8_t* panel = packed_b + (col / 16) * pairs * 32;
-    const int64_t j = col % 16;
-    for (int64_t r = 0; r < m; ++r) {
-      int32_t sum = 0;
-      for (int64_t kk = 0; kk < pairs; ++kk) {
-        const int32_t b0 = panel[kk * 32 + j * 2], b1 = panel[kk * 32 + j * 2 + 1];
-        const int32_t a0 = a[r * k + 2 * kk];
-        const int32_t a1 = (2 * kk + 1 < k) ? a[r * k + 2 * kk + 1] : 0;
-        sum += a0 * b0 + a1 * b1;
+void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0, int64_t rows,
+                      int64_t j0, int64_t j1) {
+  const DequantArgs& d = e.d;
+  std::vector<float> wide;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = r0 + i;
+    const int32_t* ar = acc + i * ld;
+    const bool fast = e.cols_safe && scale_is_safe(d.row_absmax[r]);
+    if (!fast) {
+      wide.resize(j1 - j0);
+      dequantize_row_wide(ar, r, j0, j1, d, e.n, wide.data());
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      float v;
+      if (fast) {
+        v = static_cast<float>(ar[j - j0]) * (d.row_absmax[r] * e.col_scale[j]);
+        if (d.bias) v += d.bias[j];
+        for (int64_t o = 0; o < d.c; ++o)
+          v = std::fma(d.outlier_x[r * d.c + o], d.outlier_w[o * e.n + j], v);
+      } else {
+        v = wide[j - j0];
       }
-      c[r * n + col] = sum;
+      store_scalar(e.out, e.out_dt, r * e.n + j, v);
+    }
+  }
+}
+
+void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
+                  int32_t* c, const Epilogue* ep) {
+  const PackedLayout L(n, k);
+  auto dot = [&](int64_t r, int64_t col) {
+    int32_t sum = 0;
+    for (int64_t kidx = 0; kidx < k; ++kidx)
+      sum += static_cast<int32_t>(a[r * k + kidx]) * packed_b[L.offset(col, kidx)];
+    return sum;
+  };
+  if (!ep) {
+#pragma omp parallel for schedule(static)
+    for (int64_t col = 0; col < n; ++col)
+      for (int64_t r = 0; r < m; ++r) c[r * n + col] = dot(r, col);
+    return;
+  }
+#pragma omp parallel
+  {
+    std::vector<int32_t> row(n);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t col = 0; col < n; ++col) row[col] = dot(r, col);
+      dequantize_block(*ep, row.data(), n, r, 1, 0, n);
     }
   }
 }
 
 void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                 DType out_dt) {
-  constexpr float kInv = 1.0f / (127.0f * 127.0f);
+  std::vector<float> col_scale;
+  const Epilogue e = make_epilogue(d, n, out, out_dt, col_scale);
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) {
-      float v = static_cast<float>(acc[r * n + j]) * (d.row_absmax[r] * (d.col_absmax[j] * kInv));
-      if (d.bias) v += d.bias[j];
-      for (int64_t i = 0; i < d.c; ++i) v += d.outlier_x[r * d.c + i] * d.outlier_w[i * n + j];
-      store_scalar(out, out_dt, r * n + j, v);
-    }
+  for (int64_t r = 0; r < m; ++r) dequantize_block(e, acc + r * n, n, r, 1, 0, n);
 }
 
 }  // namespace scalar
 
+void dequantize_row_wide(const int32_t* acc_row, int64_t r, int64_t j0, int64_t j1,
+                         const DequantArgs& d, int64_t n, float* out) {
+  constexpr double kInv = 1.0 / (127.0 * 127.0);
+  const double row = d.row_absmax[r];
+  for (int64_t j = j0; j < j1; ++j) {
+    const double scale = row * (static_cast<double>(d.col_absmax[j]) * kInv);
+    float v = static_cast<float>(static_cast<double>(acc_row[j - j0]) * scale);
+    if (d.bias) v += d.bias[j];
+    for (int64_t i = 0; i < d.c; ++i)
+      v = std::fma(d.outlier_x[r * d.c + i], d.outlier_w[i * n + j], v);
+    out[j - j0] = v;
+  }
+}
+
 void pack_b(const int8_t* b, int64_t n, int64_t k, int8_t* packed) {
-  const int64_t panels = (n + 15) / 16, pairs = (k + 1) / 2;
+  const PackedLayout L(n, k);
+  const int64_t cols = L.panels * PackedLayout::kPanelCols, ks = L.pairs * 2;
 #pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < panels; ++p)
-    for (int64_t kk = 0; kk < pairs; ++kk)
-      for (int64_t j = 0; j < 16; ++j)
-        for (int64_t h = 0; h < 2; ++h) {
-          const int64_t col = p * 16 + j, kidx = 2 * kk + h;
-          packed[((p * pairs + kk) * 16 + j) * 2 + h] =
-              (col < n && kidx < k) ? b[col * k + kidx] : int8_t{0};
-        }
+  for (int64_t col = 0; col < cols; ++col) {
+    int32_t sum = 0;
+    for (int64_t kidx = 0; kidx < ks; ++kidx) {
+      const int8_t v = (col < n && kidx < k) ? b[col * k + kidx] : int8_t{0};
+      packed[L.offset(col, kidx)] = v;
+      sum += v;
+    }
+    const int32_t x128 = sum * 128;
+    std::memcpy(packed + L.sums_offset() + col * sizeof(int32_t), &x128, sizeof(int32_t));
+  }
+}
+
+void gather_packed_columns(const int8_t* packed, int64_t n, int64_t k, const int64_t* cols,
+                           int64_t c, int8_t* out) {
+  const PackedLayout L(n, k);
+  for (int64_t col = 0; col < n; ++col)
+    for (int64_t i = 0; i < c; ++i) out[col * c + i] = packed[L.offset(col, cols[i])];
 }
 
 }  // namespace kb
@@ -199,6 +252,7 @@ void pack_b(const int8_t* b, int64_t n, int64_t k, int8_t* packed) {
 
 namespace py = pybind11;
 using kb::DType;
+using kb::KernelSet;
 
 namespace {
 
@@ -214,19 +268,34 @@ bool cpu_has_avx512vnni() {
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
 }
 
-std::string best_isa() {
-  return cpu_has_avx512vnni() ? "avx512vnni" : cpu_has_avx2() ? "avx2" : "scalar";
+// The kernel sets, best first; the avx512vnni set is the AVX2 kernels with the VNNI GEMM.
+const KernelSet kScalar{"scalar", kb::scalar::detect_outliers, kb::scalar::quantize_rows,
+                        kb::scalar::gemm_s8s8s32, kb::scalar::dequantize};
+const KernelSet kAvx2{"avx2", kb::avx2::detect_outliers, kb::avx2::quantize_rows,
+                      kb::avx2::gemm_s8s8s32, kb::avx2::dequantize};
+const KernelSet kAvx512Vnni{"avx512vnni", kb::avx2::detect_outliers, kb::avx2::quantize_rows,
+                            kb::avx512vnni::gemm_s8s8s32, kb::avx2::dequantize};
+
+const KernelSet* best_kernel_set() {
+  return cpu_has_avx512vnni() ? &kAvx512Vnni : cpu_has_avx2() ? &kAvx2 : &kScalar;
 }
 
-std::string g_isa = best_isa();
+// Chosen once at import (set_isa changes it for tests); every binding calls through it.
+const KernelSet* g_kernels = best_kernel_set();
 
-bool use_avx2() { return g_isa != "scalar"; }  // the avx512vnni set uses the AVX2 kernels too
-
-using GemmFn = void (*)(const int8_t*, int64_t, int64_t, const int8_t*, int64_t, int32_t*);
-
-GemmFn gemm_fn() {
-  if (g_isa == "avx512vnni") return kb::avx512vnni::gemm_s8s8s32;
-  return g_isa == "avx2" ? kb::avx2::gemm_s8s8s32 : kb::scalar::gemm_s8s8s32;
+void set_kernel_set(const std::string& name) {
+  if (name == "scalar") {
+    g_kernels = &kScalar;
+  } else if (name == "avx2") {
+    if (!cpu_has_avx2()) throw std::runtime_error("this CPU lacks AVX2/FMA/F16C");
+    g_kernels = &kAvx2;
+  } else if (name == "avx512vnni") {
+    if (!cpu_has_avx512vnni())
+      throw std::runtime_error("this CPU lacks AVX512F/BW/VNNI (or AVX2/FMA/F16C)");
+    g_kernels = &kAvx512Vnni;
+  } else {
+    throw std::invalid_argument("isa must be avx512vnni|avx2|scalar, got '" + name + "'");
+  }
 }
 
 template <typename T>
@@ -235,7 +304,9 @@ T* ptr(uintptr_t p) {
 }
 
 DType to_dtype(int code) {
-  if (code < 0 || code > 2) throw std::invalid_argument("unknown dtype code " + std::to_string(code));
+  if (code != kb::dtype_code(DType::F32) && code != kb::dtype_code(DType::F16) &&
+      code != kb::dtype_code(DType::BF16))
+    throw std::invalid_argument("unknown dtype code " + std::to_string(code));
   return static_cast<DType>(code);
 }
 
@@ -243,54 +314,69 @@ DType to_dtype(int code) {
 
 PYBIND11_MODULE(_cpu, m) {
   m.doc() = "kernelbench CPU int8 kernels (raw pointers; validated by kernelbench.cpu_ext)";
-  m.def("isa", [] { return g_isa; }, "Kernel set in use: 'avx512vnni', 'avx2' or 'scalar'.");
-  m.def("cpu_has_avx2", &cpu_has_avx2);
-  m.def(
-      "set_isa",
-      [](const std::string& isa) {
-        if (isa != "scalar" && isa != "avx2" && isa != "avx512vnni")
-          throw std::invalid_argument("isa must be avx512vnni|avx2|scalar, got '" + isa + "'");
-        if (isa == "avx2" && !cpu_has_avx2()) throw std::runtime_error("this CPU lacks AVX2/FMA/F16C");
-        if (isa == "avx512vnni" && !cpu_has_avx512vnni())
-          throw std::runtime_error("this CPU lacks AVX512F/BW/VNNI (or AVX2/FMA/F16C)");
-        g_isa = isa;
-      },
-      "Force the kernel set (tests compare them).");
+  m.attr("FLOAT32") = kb::dtype_code(DType::F32);
+  m.attr("FLOAT16") = kb::dtype_code(DType::F16);
+  m.attr("BFLOAT16") = kb::dtype_code(DType::BF16);
+  m.attr("PANEL_COLS") = kb::PackedLayout::kPanelCols;
+  m.def("isa", [] { return std::string(g_kernels->name); },
+        "Kernel set in use: 'avx512vnni', 'avx2' or 'scalar'.");
+  m.def("set_isa", &set_kernel_set, "Force the kernel set (tests compare them).");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
-  m.def("packed_b_bytes", [](int64_t n, int64_t k) { return kb::packed_b_bytes(n, k); });
+  m.def("packed_bytes", [](int64_t n, int64_t k) { return kb::PackedLayout(n, k).bytes(); });
   m.def("pack_b", [](uintptr_t b, int64_t n, int64_t k, uintptr_t packed) {
     py::gil_scoped_release nogil;
     kb::pack_b(ptr<const int8_t>(b), n, k, ptr<int8_t>(packed));
   });
+  m.def("gather_packed_columns", [](uintptr_t packed, int64_t n, int64_t k, uintptr_t cols,
+                                    int64_t c, uintptr_t out) {
+    py::gil_scoped_release nogil;
+    kb::gather_packed_columns(ptr<const int8_t>(packed), n, k, ptr<const int64_t>(cols), c,
+                              ptr<int8_t>(out));
+  });
   m.def("detect_outliers", [](uintptr_t x, int dt, int64_t m, int64_t k, float alpha, bool ge,
                               uintptr_t mask) {
+    const DType d = to_dtype(dt);
     py::gil_scoped_release nogil;
-    const auto f = use_avx2() ? kb::avx2::detect_outliers : kb::scalar::detect_outliers;
-    return f(ptr<const void>(x), to_dtype(dt), m, k, alpha, ge, ptr<uint8_t>(mask));
+    return g_kernels->detect_outliers(ptr<const void>(x), d, m, k, alpha, ge, ptr<uint8_t>(mask));
   });
   m.def("quantize_rows", [](uintptr_t x, int dt, int64_t m, int64_t k, uintptr_t mask,
                             uintptr_t cols, int64_t c, uintptr_t q, uintptr_t absmax,
                             uintptr_t outlier_vals) {
+    const DType d = to_dtype(dt);
     py::gil_scoped_release nogil;
-    const auto f = use_avx2() ? kb::avx2::quantize_rows : kb::scalar::quantize_rows;
-    return f(ptr<const void>(x), to_dtype(dt), m, k, ptr<const uint8_t>(mask),
-             ptr<const int64_t>(cols), c, ptr<int8_t>(q), ptr<float>(absmax),
-             ptr<void>(outlier_vals));
+    return g_kernels->quantize_rows(ptr<const void>(x), d, m, k, ptr<const uint8_t>(mask),
+                                    ptr<const int64_t>(cols), c, ptr<int8_t>(q),
+                                    ptr<float>(absmax), ptr<void>(outlier_vals));
   });
   m.def("gemm_s8s8s32", [](uintptr_t a, int64_t m, int64_t k, uintptr_t packed, int64_t n,
                            uintptr_t c) {
     py::gil_scoped_release nogil;
-    gemm_fn()(ptr<const int8_t>(a), m, k, ptr<const int8_t>(packed), n, ptr<int32_t>(c));
+    g_kernels->gemm_s8s8s32(ptr<const int8_t>(a), m, k, ptr<const int8_t>(packed), n,
+                            ptr<int32_t>(c), nullptr);
   });
+  m.def("linear", [](uintptr_t a, int64_t m, int64_t k, uintptr_t packed, int64_t n,
+                     uintptr_t row_absmax, uintptr_t col_absmax, uintptr_t bias,
+                     uintptr_t outlier_x, uintptr_t outlier_w, int64_t c, uintptr_t out,
+                     int out_dt) {
+    const DType d = to_dtype(out_dt);
+    py::gil_scoped_release nogil;
+    const kb::DequantArgs args{ptr<const float>(row_absmax), ptr<const float>(col_absmax),
+                               ptr<const float>(bias),       ptr<const float>(outlier_x),
+                               ptr<const float>(outlier_w),  c};
+    std::vector<float> col_scale;
+    const kb::Epilogue ep = kb::make_epilogue(args, n, ptr<void>(out), d, col_scale);
+    g_kernels->gemm_s8s8s32(ptr<const int8_t>(a), m, k, ptr<const int8_t>(packed), n, nullptr,
+                            &ep);
+  }, "The int8 GEMM with the dequantization fused into it (no int32 product in memory).");
   m.def("dequantize", [](uintptr_t acc, int64_t m, int64_t n, uintptr_t row_absmax,
                          uintptr_t col_absmax, uintptr_t bias, uintptr_t outlier_x,
                          uintptr_t outlier_w, int64_t c, uintptr_t out, int out_dt) {
+    const DType d = to_dtype(out_dt);
     py::gil_scoped_release nogil;
-    const kb::DequantArgs d{ptr<const float>(row_absmax), ptr<const float>(col_absmax),
-                            ptr<const float>(bias),       ptr<const float>(outlier_x),
-                            ptr<const float>(outlier_w),  c};
-    const auto f = use_avx2() ? kb::avx2::dequantize : kb::scalar::dequantize;
-    f(ptr<const int32_t>(acc), m, n, d, ptr<void>(out), to_dtype(out_dt));
+    const kb::DequantArgs args{ptr<const float>(row_absmax), ptr<const float>(col_absmax),
+                               ptr<const float>(bias),       ptr<const float>(outlier_x),
+                               ptr<const float>(outlier_w),  c};
+    g_kernels->dequantize(ptr<const int32_t>(acc), m, n, args, ptr<void>(out), d);
   });
 }

@@ -4,17 +4,51 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "kb_dtype.h"
 
 namespace kb {
 
-enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+// The packed weight layout read by every GEMM path (and by kernelbench.cpu_ext through
+// packed_bytes / gather_packed_columns): panels of 16 output columns; inside a panel, for each
+// pair of k values (kk = 0..pairs-1), 16 columns x 2 int8 (the two k values of the pair). Zero
+// padding past n and k, so it keeps one byte per weight. After the panels, one int32 per
+// (padded) column: 128 x the column's sum over k, the correction of the VNNI GEMM (computed
+// once by pack_b instead of on every call).
+struct PackedLayout {
+  static constexpr int64_t kPanelCols = 16;
+  static constexpr int64_t kPairBytes = kPanelCols * 2;  // one k pair of one panel
+  int64_t n, k, panels, pairs;
 
-// Packed weight layout shared by every GEMM path: panels of 16 output columns; inside a panel,
-// for each pair of k (kk = 0..ceil(k/2)-1), 16 columns x 2 int8 (the two k values of the pair).
-// Zero padding past n and k, so it keeps one byte per weight. Size in bytes:
-inline size_t packed_b_bytes(int64_t n, int64_t k) {
-  const int64_t panels = (n + 15) / 16, pairs = (k + 1) / 2;
-  return static_cast<size_t>(panels * pairs * 16 * 2);
+  PackedLayout(int64_t n_, int64_t k_)
+      : n(n_), k(k_), panels((n_ + kPanelCols - 1) / kPanelCols), pairs((k_ + 1) / 2) {}
+  int64_t panel_bytes() const { return pairs * kPairBytes; }
+  int64_t sums_offset() const { return panels * panel_bytes(); }
+  size_t bytes() const {
+    return static_cast<size_t>(sums_offset() + panels * kPanelCols * sizeof(int32_t));
+  }
+  // Byte offset of weight (col, kidx), i.e. w[col][kidx] of the (n, k) row-major original.
+  int64_t offset(int64_t col, int64_t kidx) const {
+    return (col / kPanelCols) * panel_bytes() + (kidx / 2) * kPairBytes +
+           (col % kPanelCols) * 2 + kidx % 2;
+  }
+};
+
+// Absmax scales in [2^-32, 2^32] (or 0) take the float32 dequantization, acc * (row * (col /
+// 127^2)), whose intermediates then neither underflow nor overflow; a row with another scale,
+// or every row when some column has one, takes the float64-scale path (dequantize_row_wide).
+constexpr float kScaleSafeLo = 0x1p-32f, kScaleSafeHi = 0x1p32f;
+inline bool scale_is_safe(float a) {
+  return a == 0.f || (a >= kScaleSafeLo && a <= kScaleSafeHi);
+}
+
+// Row absmax below 2^-64 is quantized as (x * 2^64) * (127 / (absmax * 2^64)): 127 / absmax
+// would overflow float32 below ~3.7e-37, and the power-of-two rescale is exact.
+constexpr float kTinyAbsmax = 0x1p-64f, kTinyRescale = 0x1p64f;
+inline float quant_prescale(float amax) { return amax < kTinyAbsmax ? kTinyRescale : 1.f; }
+inline float quant_scale(float amax) {
+  return amax > 0.f ? 127.f / (amax * quant_prescale(amax)) : 0.f;
 }
 
 struct DequantArgs {
@@ -26,6 +60,51 @@ struct DequantArgs {
   int64_t c;                 // number of outlier columns
 };
 
+// The dequantization of a GEMM's output, prepared once per call: the GEMM applies it to each
+// finished tile of int32 sums while they are in cache (the full int32 product never reaches
+// memory), writing out (m, n) in out_dt.
+struct Epilogue {
+  DequantArgs d;
+  int64_t n;
+  void* out;
+  DType out_dt;
+  const float* col_scale;  // (n,): col_absmax * (1 / 127^2), float32
+  bool cols_safe;          // every col_absmax passes scale_is_safe
+};
+
+// The epilogue of a plain dequantization call; col_scale is its storage (n floats).
+inline Epilogue make_epilogue(const DequantArgs& d, int64_t n, void* out, DType out_dt,
+                              std::vector<float>& col_scale) {
+  constexpr float kInv = 1.0f / (127.0f * 127.0f);
+  col_scale.resize(static_cast<size_t>(n));
+  bool safe = true;
+  for (int64_t j = 0; j < n; ++j) {
+    col_scale[j] = d.col_absmax[j] * kInv;
+    safe = safe && scale_is_safe(d.col_absmax[j]);
+  }
+  return Epilogue{d, n, out, out_dt, col_scale.data(), safe};
+}
+
+// Columns [j0, j1) of row r on the exact (float64-scale) path, as floats; acc_row points at the
+// int32 sum of column j0. Shared by every kernel set so that they agree bit for bit.
+void dequantize_row_wide(const int32_t* acc_row, int64_t r, int64_t j0, int64_t j1,
+                         const DequantArgs& d, int64_t n, float* out);
+
+// One kernel set: the functions the Python bindings call, chosen once (kernel_set()).
+struct KernelSet {
+  const char* name;
+  bool (*detect_outliers)(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,
+                          uint8_t* mask);
+  bool (*quantize_rows)(const void* x, DType dt, int64_t m, int64_t k, const uint8_t* mask,
+                        const int64_t* cols, int64_t c, int8_t* q, float* absmax,
+                        void* outlier_vals);
+  // c (m, n) int32 when ep is null; else c is unused and ep's output is written.
+  void (*gemm_s8s8s32)(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
+                       int32_t* c, const Epilogue* ep);
+  void (*dequantize)(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
+                     DType out_dt);
+};
+
 // Scalar reference kernels (any x86/ARM CPU).
 namespace scalar {
 bool detect_outliers(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,
@@ -33,9 +112,11 @@ bool detect_outliers(const void* x, DType dt, int64_t m, int64_t k, float alpha,
 bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t* mask,
                    const int64_t* cols, int64_t c, int8_t* q, float* absmax, void* outlier_vals);
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c);
+                  int32_t* c, const Epilogue* ep);
 void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                 DType out_dt);
+void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0, int64_t rows,
+                      int64_t j0, int64_t j1);
 }  // namespace scalar
 
 // AVX2 + FMA + F16C kernels; call only when the CPU reports those features.
@@ -45,17 +126,24 @@ bool detect_outliers(const void* x, DType dt, int64_t m, int64_t k, float alpha,
 bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t* mask,
                    const int64_t* cols, int64_t c, int8_t* q, float* absmax, void* outlier_vals);
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c);
+                  int32_t* c, const Epilogue* ep);
 void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                 DType out_dt);
+// Rows [r0, r0 + rows) x columns [j0, j1) of e's output from acc (row r0, column j0 first; ld
+// int32 apart): the tile epilogue of the AVX2 and AVX512-VNNI GEMMs.
+void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0, int64_t rows,
+                      int64_t j0, int64_t j1);
 }  // namespace avx2
 
 // AVX512-VNNI GEMM (AVX512F + BW + VNNI); the other kernels of that set are the AVX2 ones.
 namespace avx512vnni {
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c);
+                  int32_t* c, const Epilogue* ep);
 }  // namespace avx512vnni
 
 void pack_b(const int8_t* b, int64_t n, int64_t k, int8_t* packed);
+// out (n, c) int8 = the original w[:, cols] read back from the packed layout.
+void gather_packed_columns(const int8_t* packed, int64_t n, int64_t k, const int64_t* cols,
+                           int64_t c, int8_t* out);
 
 }  // namespace kb

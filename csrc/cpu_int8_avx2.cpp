@@ -184,21 +184,22 @@ bool quantize_impl(const void* x, int64_t m, int64_t k, const uint8_t* mask, con
     }
     if (_mm256_movemask_ps(bad)) bad_any = 1;
     absmax[r] = amax;
-    const float s = amax > 0.f ? 127.f / amax : 0.f;
-    const __m256 vs = _mm256_set1_ps(s);
+    const float p = quant_prescale(amax), s = quant_scale(amax);
+    const __m256 vp = _mm256_set1_ps(p), vs = _mm256_set1_ps(s);
     int8_t* qr = q + base;
     j = 0;
     for (; j + 32 <= k; j += 32) {
       __m256 v[4];
       for (int u = 0; u < 4; ++u)
-        v[u] = _mm256_mul_ps(_mm256_and_ps(load8<D>(x, base + j + 8 * u),
-                                           _mm256_loadu_ps(keepf + j + 8 * u)),
+        v[u] = _mm256_mul_ps(_mm256_mul_ps(_mm256_and_ps(load8<D>(x, base + j + 8 * u),
+                                                         _mm256_loadu_ps(keepf + j + 8 * u)),
+                                           vp),
                              vs);
       pack32(qr + j, v[0], v[1], v[2], v[3]);
     }
     for (; j < k; ++j) {
       const float v = keep[j] ? load1<D>(x, base + j) : 0.f;
-      const float t = std::nearbyint(v * s);
+      const float t = std::nearbyint((v * p) * s);
       qr[j] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, t)));
     }
     for (int64_t i = 0; i < c; ++i)
@@ -316,13 +317,18 @@ bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t*
 }
 
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c) {
-  const int64_t panels = (n + 15) / 16, pairs = (k + 1) / 2;
+                  int32_t* c, const Epilogue* ep) {
+  const PackedLayout L(n, k);
+  const int64_t panels = L.panels;
+  // With an epilogue, each thread sums into a scratch of its current panel chunk (kMR rows when
+  // k is one block, else all m rows), dequantized as soon as a row slice's last k block is in.
+  const int64_t sld = kNCp * PackedLayout::kPanelCols, srows = k > kKC ? m : kMR;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
     alignas(32) int16_t abuf[kMR * kKC];
+    std::vector<int32_t> scratch(ep ? static_cast<size_t>(srows * sld) : 0);
     for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
       const int64_t pc1 = std::min(p1, pc0 + kNCp);
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
@@ -330,12 +336,16 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
         for (int64_t r0 = 0; r0 < m; r0 += kMR) {
           const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
           convert_a(a, k, r0, R, k0, kc, abuf, kKC);
+          int32_t* tile = ep ? scratch.data() + (srows == m ? r0 : 0) * sld : c + r0 * n;
+          const int64_t ldc = ep ? sld : n;
           for (int64_t p = pc0; p < pc1; ++p) {
-            const int8_t* bp = packed_b + (p * pairs + k0 / 2) * 32;
+            const int8_t* bp = packed_b + L.offset(p * PackedLayout::kPanelCols, k0);
             const int ncols = static_cast<int>(std::min<int64_t>(16, n - p * 16));
             kKernels[R](reinterpret_cast<const int32_t*>(abuf), kKC / 2, bp, kp,
-                        c + r0 * n + p * 16, n, ncols, k0 > 0);
+                        tile + (ep ? (p - pc0) * 16 : p * 16), ldc, ncols, k0 > 0);
           }
+          if (ep && k0 + kKC >= k)
+            dequantize_block(*ep, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
         }
       }
     }
@@ -343,41 +353,59 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
 }
 
 template <DType D>
-void dequant_impl(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out) {
-  constexpr float kInv = 1.0f / (127.0f * 127.0f);
-  std::vector<float> cs(n);
-  for (int64_t j = 0; j < n; ++j) cs[j] = d.col_absmax[j] * kInv;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < m; ++r) {
-    const __m256 rs = _mm256_set1_ps(d.row_absmax[r]);
-    const int32_t* ar = acc + r * n;
-    const float* ox = d.outlier_x ? d.outlier_x + r * d.c : nullptr;
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const __m256 scale = _mm256_mul_ps(rs, _mm256_loadu_ps(cs.data() + j));
-      __m256 v = _mm256_mul_ps(
-          _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar + j))), scale);
-      if (d.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(d.bias + j));
-      for (int64_t i = 0; i < d.c; ++i)
-        v = _mm256_fmadd_ps(_mm256_set1_ps(ox[i]), _mm256_loadu_ps(d.outlier_w + i * n + j), v);
-      store8<D>(out, r * n + j, v);
+void dequant_block_impl(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0,
+                        int64_t rows, int64_t j0, int64_t j1) {
+  const DequantArgs& d = e.d;
+  const int64_t n = e.n;
+  const float* cs = e.col_scale;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = r0 + i;
+    const int32_t* ar = acc + i * ld - j0;  // ar[j] for j in [j0, j1)
+    if (!(e.cols_safe && scale_is_safe(d.row_absmax[r]))) {  // the float64-scale path
+      std::vector<float> wide(j1 - j0);
+      dequantize_row_wide(ar + j0, r, j0, j1, d, n, wide.data());
+      int64_t j = j0;
+      for (; j + 8 <= j1; j += 8) store8<D>(e.out, r * n + j, _mm256_loadu_ps(&wide[j - j0]));
+      for (; j < j1; ++j) store1<D>(e.out, r * n + j, wide[j - j0]);
+      continue;
     }
-    for (; j < n; ++j) {
+    const __m256 rs = _mm256_set1_ps(d.row_absmax[r]);
+    const float* ox = d.outlier_x ? d.outlier_x + r * d.c : nullptr;
+    int64_t j = j0;
+    for (; j + 8 <= j1; j += 8) {
+      const __m256 scale = _mm256_mul_ps(rs, _mm256_loadu_ps(cs + j));
+      __m256 v = _mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ar + j))),
+          scale);
+      if (d.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(d.bias + j));
+      for (int64_t o = 0; o < d.c; ++o)
+        v = _mm256_fmadd_ps(_mm256_set1_ps(ox[o]), _mm256_loadu_ps(d.outlier_w + o * n + j), v);
+      store8<D>(e.out, r * n + j, v);
+    }
+    for (; j < j1; ++j) {
       float v = static_cast<float>(ar[j]) * (d.row_absmax[r] * cs[j]);
       if (d.bias) v += d.bias[j];
-      for (int64_t i = 0; i < d.c; ++i) v = std::fma(ox[i], d.outlier_w[i * n + j], v);
-      store1<D>(out, r * n + j, v);
+      for (int64_t o = 0; o < d.c; ++o) v = std::fma(ox[o], d.outlier_w[o * n + j], v);
+      store1<D>(e.out, r * n + j, v);
     }
+  }
+}
+
+void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0, int64_t rows,
+                      int64_t j0, int64_t j1) {
+  switch (e.out_dt) {
+    case DType::F32: return dequant_block_impl<DType::F32>(e, acc, ld, r0, rows, j0, j1);
+    case DType::F16: return dequant_block_impl<DType::F16>(e, acc, ld, r0, rows, j0, j1);
+    default: return dequant_block_impl<DType::BF16>(e, acc, ld, r0, rows, j0, j1);
   }
 }
 
 void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                 DType out_dt) {
-  switch (out_dt) {
-    case DType::F32: return dequant_impl<DType::F32>(acc, m, n, d, out);
-    case DType::F16: return dequant_impl<DType::F16>(acc, m, n, d, out);
-    default: return dequant_impl<DType::BF16>(acc, m, n, d, out);
-  }
+  std::vector<float> col_scale;
+  const Epilogue e = make_epilogue(d, n, out, out_dt, col_scale);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < m; ++r) dequantize_block(e, acc + r * n, n, r, 1, 0, n);
 }
 
 }  // namespace avx2

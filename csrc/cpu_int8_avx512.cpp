@@ -5,10 +5,10 @@
 //
 // vpdpbusd multiplies *unsigned* bytes by signed bytes, four at a time, adding into int32 without
 // saturation. A is made unsigned by flipping its sign bit (a ^ 0x80 == a + 128 for every int8,
-// -128 included), and the excess is taken off per column: C = sum_k (a + 128) b - 128 sum_k b.
-// The column sums come from the same instruction (0x80 bytes times the panel), once per panel
-// and k block. int32 arithmetic wraps, so the result is exact whenever the true product fits in
-// int32 (|C| <= 128 * 128 * k: k < 131072), as on the other paths.
+// -128 included), and the excess is taken off per column: C = sum_k (a + 128) b - 128 sum_k b,
+// with the last k block (pack_b stores 128 sum_k b after the panels). int32 arithmetic wraps,
+// so the result is exact whenever the true product fits in int32 (|C| <= 128 * 128 * k:
+// k < 131072), as on the other paths.
 //
 // Blocking: each thread owns a range of 16-column panels; within it, chunks of kNCp panels x kKC
 // k values of the packed weights stay in L2 while kMR-row slices of A sweep past, two panels at a
@@ -40,14 +40,6 @@ inline __m512i pair_interleave() {
                                               21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
                                               11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   return _mm512_load_si512(idx);
-}
-
-// Quad q of a panel block as vpdpbusd's signed operand; `half`: only its first pair exists (the
-// last quad when the block has an odd number of pairs), the rest reads as zero.
-inline __m512i load_quad(const int8_t* panel_block, int64_t q, bool half, __m512i idx) {
-  const int8_t* p = panel_block + q * 64;
-  const __m512i raw = half ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
-  return _mm512_permutexvar_epi16(idx, raw);
 }
 
 // acc += u8 a . s8 b, in place. Inline asm instead of _mm512_dpbusd_epi32: GCC 12 copied
@@ -127,21 +119,14 @@ constexpr auto kernel_row(std::index_sequence<I...>) {
 const auto kKernels1 = kernel_row<1>(std::make_index_sequence<kMR>{});
 const auto kKernels2 = kernel_row<2>(std::make_index_sequence<kMR>{});
 
-// 128 * (column sums of one panel block), as vpdpbusd of 0x80 bytes with the block.
-inline __m512i column_sums_x128(const int8_t* panel_block, int64_t nq, bool half, __m512i idx) {
-  const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512i s = _mm512_setzero_si512();
-  for (int64_t q = 0; q < nq; ++q) dpbusd(s, x80, load_quad(panel_block, q, false, idx));
-  if (half) dpbusd(s, x80, load_quad(panel_block, nq, true, idx));
-  return s;
-}
-
 }  // namespace
 
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c) {
-  const int64_t panels = (n + 15) / 16, pairs = (k + 1) / 2;
-  const int64_t panel_bytes = pairs * 32;
+                  int32_t* c, const Epilogue* ep) {
+  const PackedLayout L(n, k);
+  const int64_t panels = L.panels, panel_bytes = L.panel_bytes();
+  // 128 x each column's sum over k, after the panels
+  const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   // A packed as unsigned bytes in row blocks of kMR: block b, quad q, row r at
   // ((b * kq + q) * kMR + r) * 4, so a micro-kernel reads its rows' quads in one stream. The
   // padding (rows past m, k values past k) is 0x80, i.e. a = 0.
@@ -173,31 +158,41 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
         }
     }
   }
+  // With an epilogue, each thread sums into a scratch of its current panel chunk (kMR rows when
+  // k is one block, else all m rows), dequantized (AVX2 code, shared with that kernel set) as
+  // soon as a row slice's last k block is in: the int32 product never goes to memory whole.
+  const int64_t sld = kNCp * 16, srows = k > kKC ? m : kMR;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
-    const __m512i idx = pair_interleave();
     __m512i comp[kNCp];
+    std::vector<int32_t> scratch(ep ? static_cast<size_t>(srows * sld) : 0);
     for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
       const int64_t pc1 = std::min(p1, pc0 + kNCp);
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
         const int64_t kc = std::min<int64_t>(kKC, k - k0), kp = (kc + 1) / 2;
         const int64_t nq = kp / 2;
         const bool half = kp % 2 != 0;
-        const int8_t* block = packed_b + k0 / 2 * 32;  // + p * panel_bytes for panel p
+        const int8_t* block = packed_b + L.offset(0, k0);  // + p * panel_bytes for panel p
+        // The correction is taken off once, with the last k block (pack_b's column sums).
+        const bool last_block = k0 + kKC >= k;
         for (int64_t p = pc0; p < pc1; ++p)
-          comp[p - pc0] = column_sums_x128(block + p * panel_bytes, nq, half, idx);
+          comp[p - pc0] = last_block ? _mm512_loadu_si512(sums + p * 16) : _mm512_setzero_si512();
         for (int64_t r0 = 0; r0 < m; r0 += kMR) {
           const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
+          int32_t* tile = ep ? scratch.data() + (srows == m ? r0 : 0) * sld : c + r0 * n;
+          const int64_t ldc = ep ? sld : n;
           for (int64_t p = pc0; p < pc1; p += 2) {
             const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
             const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
             const KernelFn f = np == 2 ? kKernels2[R - 1] : kKernels1[R - 1];
             f(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
-              block + p * panel_bytes, panel_bytes, nq, half,
-              comp + (p - pc0), c + r0 * n + p * 16, n, last_cols, k0 > 0);
+              block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
+              tile + (ep ? (p - pc0) * 16 : p * 16), ldc, last_cols, k0 > 0);
           }
+          if (ep && last_block)
+            avx2::dequantize_block(*ep, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
         }
       }
     }

@@ -20,7 +20,11 @@ except ImportError as exc:  # the package was not built (e.g. imported from a ba
     _ext = None
     IMPORT_ERROR = f"kernelbench._cpu is not built ({exc}); install the package (pip install .)"
 
-_DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_DTYPE_CODE = (
+    {torch.float32: _ext.FLOAT32, torch.float16: _ext.FLOAT16, torch.bfloat16: _ext.BFLOAT16}
+    if _ext
+    else {}
+)
 
 
 def available() -> bool:
@@ -58,19 +62,41 @@ def _float_code(t: torch.Tensor, name: str) -> int:
 
 
 def pack_weight(w_int8: torch.Tensor) -> torch.Tensor:
-    """Int8 weights (n, k) -> the GEMM's packed int16 panel layout (uint8 buffer, 32B aligned)."""
+    """Int8 weights (n, k) -> the GEMM's packed panel layout: one byte per weight plus one int32
+    column sum per column (a uint8 buffer, 64-byte aligned; ``kb::PackedLayout`` in
+    ``csrc/cpu_int8.h``)."""
     _check_cpu(w_int8)
     if w_int8.dtype != torch.int8 or w_int8.dim() != 2:
         raise InputError(f"weights must be 2-D int8, got {w_int8.dtype} {tuple(w_int8.shape)}")
     n, k = w_int8.shape
     if n == 0 or k == 0:
         raise InputError(f"weights are empty: shape {(n, k)}")
-    nbytes = _ext.packed_b_bytes(n, k)
+    nbytes = _ext.packed_bytes(n, k)
     buf = torch.empty(nbytes + 64, dtype=torch.uint8)
     offset = (-buf.data_ptr()) % 64
     packed = buf[offset : offset + nbytes]
     _ext.pack_b(w_int8.data_ptr(), n, k, packed.data_ptr())
     return packed
+
+
+def packed_columns(packed: torch.Tensor, n: int, k: int, cols: torch.Tensor) -> torch.Tensor:
+    """The int8 weights ``w[:, cols]`` (n, c) read back from ``pack_weight(w)``'s buffer."""
+    _check_cpu(packed, cols)
+    _check_packed(packed, n, k)
+    c = cols.numel()
+    if c and (cols.dtype != torch.int64 or int(cols.min()) < 0 or int(cols.max()) >= k):
+        raise InputError(f"columns must be int64 indices in [0, {k})")
+    out = torch.empty((n, c), dtype=torch.int8)
+    if c:
+        _ext.gather_packed_columns(packed.data_ptr(), n, k, cols.data_ptr(), c, out.data_ptr())
+    return out
+
+
+def _check_packed(packed: torch.Tensor, n: int, k: int) -> None:
+    if packed.numel() != _ext.packed_bytes(n, k):
+        raise InputError(f"packed weights do not match k={k}, n={n} (packed for another shape)")
+    if packed.data_ptr() % 32:
+        raise InputError("packed weights must be 32-byte aligned (use pack_weight)")
 
 
 def detect_outliers(x: torch.Tensor, alpha: float, ge: bool) -> torch.Tensor:
@@ -127,10 +153,7 @@ def gemm(a: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
     m, k = a.shape
     if k == 0:
         raise InputError("k must be >= 1")
-    if packed.numel() != _ext.packed_b_bytes(n, k):
-        raise InputError(f"packed weights do not match k={k}, n={n} (packed for another shape)")
-    if packed.data_ptr() % 32:
-        raise InputError("packed weights must be 32-byte aligned (use pack_weight)")
+    _check_packed(packed, n, k)
     _sync_threads()
     c = torch.empty((m, n), dtype=torch.int32)
     if m:
@@ -142,6 +165,40 @@ def int8_matmul_unpacked(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     """Convenience for tests: pack ``b_nk`` and multiply."""
     check_int8_operands(a, b_nk)
     return gemm(a, pack_weight(b_nk), b_nk.shape[0])
+
+
+def _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w) -> int:
+    """Validates the dequantization operands of an (m, n) output; returns c (outlier dims)."""
+    _check_cpu(row_absmax, col_absmax)
+    for t, name, size in ((row_absmax, "row_absmax", m), (col_absmax, "col_absmax", n)):
+        if t.dtype != torch.float32 or t.shape != (size,):
+            raise InputError(
+                f"{name} must be float32 of shape ({size},), got {t.dtype} {tuple(t.shape)}"
+            )
+    if bias_f32 is not None:
+        _check_cpu(bias_f32)
+        if bias_f32.dtype != torch.float32 or bias_f32.shape != (n,):
+            raise InputError(f"bias must be float32 of shape ({n},)")
+    if outlier_x is None:
+        return 0
+    _check_cpu(outlier_x, outlier_w)
+    c = outlier_x.shape[1]
+    if outlier_x.dtype != torch.float32 or outlier_x.shape != (m, c):
+        raise InputError(f"outlier_x must be float32 (m, c) = ({m}, {c})")
+    if outlier_w.dtype != torch.float32 or outlier_w.shape != (c, n):
+        raise InputError(f"outlier_w must be float32 (c, n) = ({c}, {n})")
+    return c
+
+
+def _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c) -> tuple:
+    return (
+        row_absmax.data_ptr(),
+        col_absmax.data_ptr(),
+        bias_f32.data_ptr() if bias_f32 is not None else 0,
+        outlier_x.data_ptr() if c else 0,
+        outlier_w.data_ptr() if c else 0,
+        c,
+    )
 
 
 def dequantize(
@@ -156,42 +213,45 @@ def dequantize(
     """Fused: ``acc * row x col / 127^2 + bias + outlier_x @ outlier_w`` in ``out_dtype``.
 
     ``outlier_x`` is (m, c) fp32 and ``outlier_w`` (c, n) fp32, c small (the outlier dims)."""
-    _check_cpu(acc, row_absmax, col_absmax)
+    _check_cpu(acc)
     if acc.dtype != torch.int32 or acc.dim() != 2:
         raise InputError(f"acc must be 2-D int32, got {acc.dtype} {tuple(acc.shape)}")
     m, n = acc.shape
-    for t, name, size in ((row_absmax, "row_absmax", m), (col_absmax, "col_absmax", n)):
-        if t.dtype != torch.float32 or t.shape != (size,):
-            raise InputError(
-                f"{name} must be float32 of shape ({size},), got {t.dtype} {tuple(t.shape)}"
-            )
-    if bias_f32 is not None:
-        _check_cpu(bias_f32)
-        if bias_f32.dtype != torch.float32 or bias_f32.shape != (n,):
-            raise InputError(f"bias must be float32 of shape ({n},)")
-    c = 0
-    if outlier_x is not None:
-        _check_cpu(outlier_x, outlier_w)
-        c = outlier_x.shape[1]
-        if outlier_x.dtype != torch.float32 or outlier_x.shape != (m, c):
-            raise InputError(f"outlier_x must be float32 (m, c) = ({m}, {c})")
-        if outlier_w.dtype != torch.float32 or outlier_w.shape != (c, n):
-            raise InputError(f"outlier_w must be float32 (c, n) = ({c}, {n})")
+    c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
     out = torch.empty((m, n), dtype=out_dtype)
     code = _float_code(out, "out")
     _sync_threads()
     if m:
-        _ext.dequantize(
-            acc.data_ptr(),
-            m,
-            n,
-            row_absmax.data_ptr(),
-            col_absmax.data_ptr(),
-            bias_f32.data_ptr() if bias_f32 is not None else 0,
-            outlier_x.data_ptr() if c else 0,
-            outlier_w.data_ptr() if c else 0,
-            c,
-            out.data_ptr(),
-            code,
-        )
+        ptrs = _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c)
+        _ext.dequantize(acc.data_ptr(), m, n, *ptrs, out.data_ptr(), code)
+    return out
+
+
+def linear(
+    a: torch.Tensor,
+    packed: torch.Tensor,
+    n: int,
+    row_absmax: torch.Tensor,
+    col_absmax: torch.Tensor,
+    bias_f32: torch.Tensor | None,
+    outlier_x: torch.Tensor | None,
+    outlier_w: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """:func:`gemm` then :func:`dequantize` in one kernel, the same numbers bit for bit: each
+    tile of int32 sums is dequantized while it is in cache (no (m, n) int32 product)."""
+    _check_cpu(a, packed)
+    if a.dtype != torch.int8 or a.dim() != 2:
+        raise InputError(f"a must be 2-D int8, got {a.dtype} {tuple(a.shape)}")
+    m, k = a.shape
+    if k == 0:
+        raise InputError("k must be >= 1")
+    _check_packed(packed, n, k)
+    c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
+    out = torch.empty((m, n), dtype=out_dtype)
+    code = _float_code(out, "out")
+    _sync_threads()
+    if m:
+        ptrs = _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c)
+        _ext.linear(a.data_ptr(), m, k, packed.data_ptr(), n, *ptrs, out.data_ptr(), code)
     return out

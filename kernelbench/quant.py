@@ -35,6 +35,12 @@ INT8_MAX = 127
 # from 1/127^2 by 1.8e-5 relative.
 DEQUANT_CONSTANT = 1.0 / (INT8_MAX * INT8_MAX)
 
+# Absmax below this is rescaled by TINY_RESCALE (exactly) before 127 / absmax (quantize_absmax).
+TINY_ABSMAX = 2.0**-64
+TINY_RESCALE = 2.0**64
+# Absmax scales (or 0) for which the float32 dequantization is safe (dequantize_outer).
+SCALE_SAFE = (2.0**-32, 2.0**32)
+
 
 class OutlierTest(str, Enum):
     """The outlier test of eq. 8, one type from the CLI to the kernels: some ``|x| > alpha``
@@ -110,13 +116,23 @@ def absmax(t: torch.Tensor, dim: int | None, compute_dtype: torch.dtype) -> torc
 def quantize_absmax(
     t: torch.Tensor, amax: torch.Tensor, compute_dtype: torch.dtype
 ) -> torch.Tensor:
-    """``round(t * 127 / amax)`` as int8; ``amax`` broadcasts against ``t``; zero amax gives 0."""
+    """``round(t * 127 / amax)`` as int8; ``amax`` broadcasts against ``t``; zero amax gives 0.
+
+    An absmax below ``TINY_ABSMAX`` (where ``127 / amax`` would overflow float32, below about
+    3.7e-37) is quantized as ``(t * 2^64) * (127 / (amax * 2^64))``: a power-of-two rescale is
+    exact, so those codes are what an exponent-unbounded float32 would give, and every other
+    code is unchanged (the kernels do the same)."""
     amax = amax.to(compute_dtype)
+    tc = t.to(compute_dtype)
+    tiny = (amax > 0) & (amax < TINY_ABSMAX)
+    if bool(tiny.any()):
+        pre = torch.where(tiny, TINY_RESCALE, 1.0).to(compute_dtype)
+        amax, tc = amax * pre, tc * pre
     # A true division (``127 / tensor`` in torch is reciprocal-then-multiply, which rounds
     # differently): the same ``127.f / absmax`` the kernels compute.
     safe = torch.where(amax > 0, amax, 1)
     inv = torch.where(amax > 0, torch.full_like(safe, INT8_MAX) / safe, 0)
-    q = torch.round(t.to(compute_dtype) * inv)
+    q = torch.round(tc * inv)
     return q.clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
 
 
@@ -132,12 +148,32 @@ def quantize_rowwise(t: torch.Tensor, compute_dtype=torch.float32):
     return quantize_absmax(t, amax[:, None], compute_dtype), amax
 
 
+def scale_is_safe(amax: torch.Tensor) -> torch.Tensor:
+    """Absmax values whose float32 dequantization cannot underflow or overflow in between."""
+    return (amax == 0) | ((amax >= SCALE_SAFE[0]) & (amax <= SCALE_SAFE[1]))
+
+
 def dequantize_outer(
     acc: torch.Tensor, row_amax: torch.Tensor, col_amax: torch.Tensor, compute_dtype=torch.float32
 ) -> torch.Tensor:
-    """eq. 7: ``acc * (row_amax x col_amax) / 127^2`` (``acc`` is the int32 product)."""
+    """eq. 7: ``acc * (row_amax x col_amax) / 127^2`` (``acc`` is the int32 product).
+
+    In float32, ``acc * (row * (col / 127^2))``. A row whose scale is outside ``SCALE_SAFE``
+    (or every row, when some column's is) is computed with a float64 scale and rounded once to
+    float32: in float32 the scale product could underflow (lose digits) or overflow although
+    the output itself is representable. The kernels take the same rows the same way."""
     scale = row_amax.to(compute_dtype)[:, None] * (col_amax.to(compute_dtype) * DEQUANT_CONSTANT)
-    return acc.to(compute_dtype) * scale
+    y = acc.to(compute_dtype) * scale
+    if compute_dtype == torch.float64 or y.numel() == 0:
+        return y
+    wide = ~scale_is_safe(row_amax)
+    if not bool(scale_is_safe(col_amax).all()):
+        wide = torch.ones_like(wide)
+    if bool(wide.any()):
+        f64 = torch.float64
+        wide_scale = row_amax[wide].to(f64)[:, None] * (col_amax.to(f64) * DEQUANT_CONSTANT)
+        y[wide] = (acc[wide].to(f64) * wide_scale).to(compute_dtype)
+    return y
 
 
 # --- zeropoint (asymmetric) --------------------------------------------------------------------
@@ -317,10 +353,16 @@ def quantize_activation(
 
 
 def outlier_weight_rows(pw: PreparedWeight, cols: torch.Tensor, compute_dtype) -> torch.Tensor:
-    """(n, c) weights of the outlier dims: kept 16-bit rows, else reconstructed from int8."""
-    out = pw.int8_columns(cols).to(compute_dtype) * (
-        pw.absmax.to(compute_dtype)[:, None] / INT8_MAX
-    )
+    """(n, c) weights of the outlier dims: kept 16-bit rows, else reconstructed from int8
+    (``q * (absmax / 127)``; in float64, rounded once, for rows whose absmax is outside
+    ``SCALE_SAFE``, where ``absmax / 127`` could be subnormal in float32)."""
+    q = pw.int8_columns(cols)
+    out = q.to(compute_dtype) * (pw.absmax.to(compute_dtype)[:, None] / INT8_MAX)
+    if compute_dtype != torch.float64 and out.numel():
+        wide = ~scale_is_safe(pw.absmax)
+        if bool(wide.any()):
+            wide_scale = pw.absmax[wide].to(torch.float64)[:, None] / INT8_MAX
+            out[wide] = (q[wide].to(torch.float64) * wide_scale).to(compute_dtype)
     if pw.kept_rows.numel() and cols.numel():
         pos = torch.searchsorted(cols, pw.kept_rows)
         pos = pos.clamp(max=cols.numel() - 1)

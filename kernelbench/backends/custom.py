@@ -34,20 +34,15 @@ except Exception as exc:  # noqa: BLE001 - any failure only disables the CUDA ha
 
 @dataclass
 class PackedWeight(PreparedWeight):
-    """The CPU kernels' weight: int8 only in the packed layout [panel][k pair][16 columns][2]
-    (one byte per weight, ``int8`` is ``None``) and the bias in float32, as the kernel reads it
+    """The CPU kernels' weight: int8 only in the kernels' packed layout (one byte per weight,
+    ``int8`` is ``None``) and the bias in float32, as the kernel reads it
     (``bias`` is then ``None``: counted once)."""
 
     packed: torch.Tensor
     bias_f32: torch.Tensor | None
 
     def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
-        n, k = self.out_features, self.in_features
-        panels, pairs = (n + 15) // 16, (k + 1) // 2
-        view = self.packed.view(torch.int8).view(panels, pairs, 16, 2)
-        sub = view[:, cols // 2, :, :]  # (panels, c, 16, 2)
-        sub = sub.gather(3, (cols % 2).view(1, -1, 1, 1).expand(panels, -1, 16, 1)).squeeze(3)
-        return sub.permute(0, 2, 1).reshape(panels * 16, -1)[:n]
+        return cpu_ext.packed_columns(self.packed, self.out_features, self.in_features, cols)
 
 
 class CustomBackend(Backend):
@@ -124,6 +119,19 @@ class CustomBackend(Backend):
             return None
         w_rows = quant.outlier_weight_rows(pw, qa.outlier_cols, torch.float32)  # (n, c)
         return qa.outlier_values.float().contiguous(), w_rows.T.contiguous()
+
+    def linear(self, x, pw, cfg: QuantConfig) -> torch.Tensor:
+        """CPU: quantize, then the GEMM with the dequantization (scales, bias, the outlier
+        product) fused into its tiles: the same numbers as the stages, no int32 product in
+        memory."""
+        if self._is_cuda(x):
+            return super().linear(x, pw, cfg)
+        qa = self.quantize(x, pw, cfg)
+        outlier = self.outlier_product(qa, pw)
+        ox, ow = outlier if outlier is not None else (None, None)
+        return cpu_ext.linear(
+            qa.int8, pw.packed, pw.out_features, qa.absmax, pw.absmax, pw.bias_f32, ox, ow, pw.dtype
+        )
 
     def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
         if self._is_cuda(acc):

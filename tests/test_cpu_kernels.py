@@ -1,0 +1,276 @@
+"""The CPU kernels of ``custom`` (kernelbench._cpu) and the reference math in ``quant.py`` at the
+edges of float32: absmax scales across the whole float range (tiny ones, where ``127 / absmax``
+overflows float32, and huge ones), the kernel sets bit for bit on them, and the packed layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernelbench import cpu_ext, oracle, quant
+from kernelbench.backends import get_backend
+from kernelbench.quant import QuantConfig
+
+KERNEL_SETS = ("scalar", "avx2", "avx512vnni")
+# bf16 and fp32 share float32's exponent range (fp16 cannot hold these scales at all)
+WIDE_DTYPES = (torch.bfloat16, torch.float32)
+
+pytestmark = pytest.mark.skipif(not cpu_ext.available(), reason=cpu_ext.IMPORT_ERROR or "no _cpu")
+
+
+@pytest.fixture
+def isa_restored():
+    before = cpu_ext.isa()
+    yield
+    cpu_ext.set_isa(before)
+
+
+def kernel_sets_here() -> list[str]:
+    here = []
+    before = cpu_ext.isa()
+    for name in KERNEL_SETS:
+        try:
+            cpu_ext.set_isa(name)
+            here.append(name)
+        except RuntimeError:  # the CPU lacks the instructions
+            pass
+    cpu_ext.set_isa(before)
+    return here
+
+
+def scaled(gen, rows: int, k: int, exponents, dtype) -> torch.Tensor:
+    """Gaussian rows (no zeros), row i multiplied by 10**exponents[i] in float64, then cast."""
+    t = torch.randn(rows, k, generator=gen, dtype=torch.float64)
+    t = torch.where(t == 0, torch.full_like(t, 0.5), t)
+    scale = torch.tensor([10.0**e for e in exponents], dtype=torch.float64)[:, None]
+    return (t * scale).to(dtype).contiguous()
+
+
+def row_errors(y: torch.Tensor, ref: torch.Tensor) -> list[float]:
+    return [oracle.rel_frobenius(y[i], ref[i]) for i in range(y.shape[0])]
+
+
+# --- tiny and huge absmax: every backend we own against the float64 oracle --------------------
+
+
+@st.composite
+def extreme_cases(draw):
+    """Weight columns around 10**cw and x rows whose scale keeps every output x_i . w_j between
+    about 1e-25 and 1e25 (a normal number in the output dtype, so its rounding is relative like
+    any other row's); x rows reach float32's subnormals (1e-40). Weights too, except under
+    ``llm_int8``, where the outlier dims' weights are rebuilt from int8 in float32: a weight
+    that is itself subnormal there has only the few digits float32 gives it."""
+    method = draw(st.sampled_from(["int8_raw", "vectorwise", "llm_int8"]))
+    w_lo = -37 if method == "llm_int8" else -40
+    cw = draw(st.integers(w_lo, 37))  # randn x 1e37 stays below float32 max (3.4e38)
+    lo, hi = max(-40, -20 - cw), min(37, 20 - cw)
+    m = draw(st.sampled_from([1, 3, 13]))
+    n = draw(st.sampled_from([1, 5, 17, 40]))
+    return dict(
+        x_exp=draw(st.lists(st.integers(lo, hi), min_size=m, max_size=m)),
+        w_exp=[
+            min(37, max(w_lo, cw + d))
+            for d in draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n))
+        ],
+        k=draw(st.sampled_from([1, 7, 64, 69])),
+        dtype=draw(st.sampled_from(WIDE_DTYPES)),
+        method=method,
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(c=extreme_cases())
+def test_absmax_across_the_float_range_matches_oracle(c, check_oracle, isa_restored):
+    g = torch.Generator().manual_seed(c["seed"])
+    x = scaled(g, len(c["x_exp"]), c["k"], c["x_exp"], c["dtype"])
+    w = scaled(g, len(c["w_exp"]), c["k"], c["w_exp"], c["dtype"])
+    cfg = QuantConfig()
+    check_oracle(
+        get_backend("torch").runner(c["method"], x, w, None, cfg).run(),
+        c["method"],
+        x,
+        w,
+        None,
+        cfg,
+        what=f"torch {c}",
+        backend="torch",
+    )
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        y = get_backend("custom").runner(c["method"], x, w, None, cfg).run()
+        check_oracle(y, c["method"], x, w, None, cfg, what=f"custom/{isa} {c}", backend="custom")
+
+
+@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+@pytest.mark.parametrize("backend", ["torch", "custom"])
+def test_row_with_absmax_1e_38_has_the_error_of_any_other_row(gen, dtype, backend):
+    """127 / 1e-38 overflows float32: before the rescale every nonzero code of such a row was
+    +-127 and its output off by several times its size."""
+    x = scaled(gen, 4, 64, [0, -38, -37, -36], dtype)
+    w = scaled(gen, 32, 64, [0] * 32, dtype)
+    y = get_backend(backend).runner("vectorwise", x, w, None, QuantConfig()).run()
+    errs = row_errors(y, oracle.exact(x, w))
+    assert max(errs) < 2 * errs[0] + 0.01, errs
+    assert errs[1] < 0.03, errs
+
+
+@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+def test_weight_column_with_tiny_absmax(gen, dtype):
+    x = scaled(gen, 5, 48, [20] * 5, dtype)
+    w = scaled(gen, 6, 48, [0, -38, -39, -30, -45 + 7, 0], dtype)
+    y = get_backend("custom").runner("vectorwise", x, w, None, QuantConfig()).run()
+    ref = oracle.exact(x, w)
+    errs = [oracle.rel_frobenius(y[:, j], ref[:, j]) for j in range(6)]
+    assert max(errs) < 0.05, errs
+
+
+def test_tiny_absmax_codes_are_the_unbounded_float32_codes(gen):
+    """Rescaled by 2^64, a tiny row quantizes exactly as the same row times 2^64 does."""
+    base = torch.randn(3, 50, generator=gen)
+    tiny = base * 2.0**-100
+    q_tiny, a_tiny = quant.quantize_rowwise(tiny)
+    q_base, _ = quant.quantize_rowwise(tiny * 2.0**100)
+    assert torch.equal(q_tiny, q_base)
+    assert int(q_tiny.abs().max()) == 127 and bool((a_tiny > 0).all())
+    assert int((q_tiny.abs() == 127).sum()) == 3  # one per row, not every nonzero code
+
+
+# --- kernel sets bit for bit, on the fast and on the float64-scale dequantization path ---------
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("row_exp", [0, -38, 30])
+def test_kernel_sets_dequantize_bit_for_bit_on_extreme_scales(
+    gen, isa_restored, out_dtype, row_exp
+):
+    """Rows with safe scales (the float32 path) and rows with extreme ones (the float64-scale
+    path) in one call; fp16 output only with scales its range can hold."""
+    m, n, c = 9, 37, 3
+    acc = torch.randint(-(2**24), 2**24, (m, n), dtype=torch.int32, generator=gen)
+    row = torch.rand(m, generator=gen) + 0.5
+    if out_dtype != torch.float16:
+        row[::3] *= 10.0**row_exp
+    col = torch.rand(n, generator=gen) * 0.1 + 0.01
+    bias = torch.randn(n, generator=gen)
+    ox = torch.randn(m, c, generator=gen)
+    ow = torch.randn(c, n, generator=gen) * 0.01
+    outs = {}
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        outs[isa] = cpu_ext.dequantize(acc, row, col, bias, ox, ow, out_dtype)
+    for isa, out in outs.items():
+        assert torch.equal(bits(out), bits(outs["scalar"])), isa
+    ref = (quant.dequantize_outer(acc, row, col) + bias + ox @ ow).to(torch.float64)
+    err = (outs["scalar"].to(torch.float64) - ref).abs()
+    assert bool((err <= 2**-7 * ref.abs() + 1e-6 * ref.abs().max()).all())
+
+
+@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+def test_kernel_sets_quantize_tiny_rows_bit_for_bit(gen, isa_restored, dtype):
+    x = scaled(gen, 7, 70, [-38, -40, -30, 0, -45 + 3, 30, -37], dtype)
+    ref = quant.quantize_activation(x, torch.zeros(0, dtype=torch.int64))
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        q, amax, _ = cpu_ext.quantize_rows(x, None, torch.zeros(0, dtype=torch.int64))
+        assert torch.equal(q, ref.int8), isa
+        assert torch.equal(amax, ref.absmax), isa
+
+
+# --- the packed layout -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (15, 3), (17, 64), (33, 129)])
+def test_packed_columns_read_back_the_weights(gen, shape):
+    n, k = shape
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    packed = cpu_ext.pack_weight(w)
+    cols = torch.randperm(k, generator=gen)[: max(1, k // 2)].sort().values
+    assert torch.equal(cpu_ext.packed_columns(packed, n, k, cols), w[:, cols])
+    assert torch.equal(cpu_ext.packed_columns(packed, n, k, torch.arange(k)), w)
+    assert packed.numel() >= n * k and packed.data_ptr() % 64 == 0
+
+
+def test_packed_columns_reject_bad_input(gen):
+    w = torch.randint(-128, 128, (20, 9), dtype=torch.int8, generator=gen)
+    packed = cpu_ext.pack_weight(w)
+    with pytest.raises(cpu_ext.InputError, match="another shape"):
+        cpu_ext.packed_columns(packed, 20, 11, torch.arange(3))
+    with pytest.raises(cpu_ext.InputError, match="indices"):
+        cpu_ext.packed_columns(packed, 20, 9, torch.tensor([9]))
+
+
+def test_kernel_set_is_named_and_checked(isa_restored):
+    assert cpu_ext.isa() in KERNEL_SETS
+    with pytest.raises(ValueError, match="isa must be"):
+        cpu_ext.set_isa("sse9")
+
+
+# --- the GEMM with the dequantization fused into it --------------------------------------------
+
+# m around the 6- and 12-row tiles, k around the 512 / 2048 k blocks (partial sums kept across
+# blocks), n around the 16-column panels and the 8-panel chunks.
+FUSED_SHAPES = [(1, 1, 1), (7, 33, 17), (13, 513, 129), (25, 2050, 130), (3, 4099, 31)]
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", FUSED_SHAPES)
+def test_fused_linear_equals_gemm_then_dequantize_bit_for_bit(gen, isa_restored, shape, out_dtype):
+    m, k, n = shape
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    a[0] = -128
+    packed = cpu_ext.pack_weight(w)
+    row = torch.rand(m, generator=gen) + 0.5
+    if out_dtype != torch.float16:
+        row[-1] = 1e-38  # a row on the float64-scale path
+    col = (torch.rand(n, generator=gen) + 0.5) * 1e-3 / max(1, k) ** 0.5
+    bias = torch.randn(n, generator=gen)
+    ox, ow = torch.randn(m, 2, generator=gen), torch.randn(2, n, generator=gen) * 0.01
+    outs = []
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        for operands in ((bias, ox, ow), (None, None, None)):
+            staged = cpu_ext.dequantize(cpu_ext.gemm(a, packed, n), row, col, *operands, out_dtype)
+            fused = cpu_ext.linear(a, packed, n, row, col, *operands, out_dtype)
+            assert torch.equal(bits(fused), bits(staged)), (isa, operands[0] is None)
+            outs.append(fused)
+    for out in outs[::2]:
+        assert torch.equal(bits(out), bits(outs[0]))
+
+
+def test_custom_linear_is_its_stages(make_outliers, make_randn):
+    custom = get_backend("custom")
+    x, dims = make_outliers(40, 96)
+    w, bias = make_randn(50, 96), make_randn(50)
+    cfg = QuantConfig()
+    pw = custom.prepare_weight(w, bias, cfg, dims[:1])
+    qa = custom.quantize(x, pw, cfg)
+    staged = custom.dequantize(
+        custom.int8_matmul(qa.int8, pw), qa, pw, custom.outlier_product(qa, pw)
+    )
+    assert qa.outlier_cols.numel() == dims.numel()
+    assert torch.equal(custom.linear(x, pw, cfg), staged)
+
+
+def test_fused_linear_rejects_bad_operands(gen):
+    a = torch.randint(-128, 128, (4, 10), dtype=torch.int8, generator=gen)
+    packed = cpu_ext.pack_weight(torch.randint(-128, 128, (6, 10), dtype=torch.int8, generator=gen))
+    row, col = torch.ones(4), torch.ones(6)
+    with pytest.raises(cpu_ext.InputError, match="col_absmax"):
+        cpu_ext.linear(a, packed, 6, row, torch.ones(5), None, None, None, torch.bfloat16)
+    with pytest.raises(cpu_ext.InputError, match="another shape"):
+        cpu_ext.linear(a, packed, 17, row, torch.ones(17), None, None, None, torch.bfloat16)
+    with pytest.raises(cpu_ext.InputError, match="fp32, fp16 or bf16"):
+        cpu_ext.linear(a, packed, 6, row, col, None, None, None, torch.int32)
