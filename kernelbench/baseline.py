@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kernelbench.results import ENV_FILE, RESULTS_FILE, SchemaError, read_rows
+from kernelbench.results import ENV_FILE, RESULTS_FILE, SchemaError, read_run_rows
 
 DEFAULT_DIR = Path("reports/baselines")
 
@@ -36,15 +36,9 @@ def _run_rows(run_dir: Path) -> list[dict]:
     if not results.is_file():
         raise BaselineError(f"{results}: no such file")
     try:
-        text = results.read_text(encoding="utf-8")
-        rows = read_rows(results)
-    except (OSError, UnicodeDecodeError, SchemaError) as exc:
+        return read_run_rows(results, strict=True).rows  # a baseline is a complete run
+    except SchemaError as exc:
         raise BaselineError(f"{results}: not usable results ({exc})") from None
-    if len(rows) != sum(1 for ln in text.splitlines() if ln.strip()):
-        raise BaselineError(f"{results}: the last line is not JSON (an interrupted run?)")
-    if not rows:
-        raise BaselineError(f"{results}: no result rows")
-    return rows
 
 
 def _copy_atomic(src: Path, dest: Path) -> None:

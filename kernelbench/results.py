@@ -9,13 +9,17 @@ run directory into a pandas DataFrame in one call. The schema is documented fiel
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from kernelbench.core import BASELINE
 
 SCHEMA_VERSION = 2
 RESULTS_FILE = "results.jsonl"
@@ -59,6 +63,8 @@ class ResultRow:
     stages_ms: dict[str, float] = field(default_factory=dict)
     threads: int | None = None
     variant: str = ""  # what a peer computed when it differs from the asked-for configuration
+    # where the backend came from: "builtin", "plugin <distribution> <version>", "file <path>"
+    origin: str = "builtin"
     compile_s: float | None = None  # one-off compile time (torch.compile), never timed
     throttled_samples: int = 0
     # speed relative to the same run's baselines on the same inputs
@@ -77,6 +83,12 @@ class ResultRow:
     tops: float | None = None  # flops / median, in 1e12 ops per second
     flops: float | None = None  # declared work of one call (core.work_flops)
     bytes: float | None = None  # declared least memory traffic of one call (core.work_bytes)
+    # physics checks, set on the pooled view of a run (kernelbench.physics), empty as written
+    roofline_tops: float | None = None  # attainable throughput: compute peak or bandwidth bound
+    roofline_share: float | None = None  # tops / roofline_tops
+    ci_wide: bool = False  # the speedup's interval is wider than the run's ci_target
+    suspect: bool = False  # breaks physics beyond its interval (ordering, above roofline)
+    suspect_reason: str = ""
     paper_speedup: float | None = None  # the paper's App. D.1 figure for this cell, if any
     # accuracy against the float64 oracle
     rel_error: float | None = None  # relative Frobenius error
@@ -127,6 +139,181 @@ class SchemaError(ValueError):
     """A results file that is not kernelbench results of a version this code can read."""
 
 
+class SkippedLinesWarning(UserWarning):
+    """Lines of a results file that were not rows (not JSON, missing fields...), skipped."""
+
+
+_STATUSES = ("ok", "skipped", "failed")
+#: Fields every row must carry to be read at all; any other missing field gets its default.
+REQUIRED_FIELDS = (*KEY_COLUMNS, "status")
+_FIELD_DEFAULTS: dict[str, Any] = {
+    f.name: (
+        f.default
+        if f.default is not dataclasses.MISSING
+        else f.default_factory()  # type: ignore[misc]
+        if f.default_factory is not dataclasses.MISSING
+        else ("" if f.type == "str" else None)
+    )
+    for f in dataclasses.fields(ResultRow)
+}
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    line: int  # 1-based line number in the file
+    why: str
+
+    def __str__(self) -> str:
+        return f"line {self.line} ({self.why})"
+
+
+@dataclass
+class RunRows:
+    """What one results file holds: its rows, in file order, and the lines that were not rows."""
+
+    path: Path
+    rows: list[dict]
+    skipped: list[SkippedLine] = field(default_factory=list)
+    torn_tail: bool = False  # the last line is cut off (a writer killed mid-line)
+
+    def skipped_message(self) -> str:
+        """One line naming the skipped lines (empty when none were)."""
+        if not self.skipped:
+            return ""
+        shown = ", ".join(str(s) for s in self.skipped[:5])
+        more = f" and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
+        torn = " - the last line is cut off: an interrupted run?" if self.torn_tail else ""
+        return (
+            f"{self.path}: skipped {len(self.skipped)} line(s) that are not rows: "
+            f"{shown}{more}{torn}"
+        )
+
+
+def results_path(run: str | Path) -> Path:
+    """``run`` itself when it is a file, else ``run/results.jsonl``."""
+    path = Path(run)
+    return path / RESULTS_FILE if path.is_dir() else path
+
+
+def _parse_line(text: str) -> dict | str:
+    """A row (upgraded to this schema, optional fields filled) or why the line is not one."""
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not JSON: {exc.msg}"
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    version = row.get("schema_version")
+    if version in READABLE_OLD_VERSIONS:
+        row = upgrade_row(row)
+        version = row["schema_version"]
+    if version != SCHEMA_VERSION:
+        return f"schema_version {version!r} is not {SCHEMA_VERSION}"
+    missing = [c for c in REQUIRED_FIELDS if c not in row]
+    if missing:
+        return f"missing fields {missing}"
+    for c in KEY_COLUMNS:
+        if not isinstance(row[c], (str, int)) or isinstance(row[c], bool):
+            return f"{c} must be a string or an integer, got {row[c]!r}"
+    if row["status"] not in _STATUSES:
+        return f"status {row['status']!r} is not one of {', '.join(_STATUSES)}"
+    defaults = {
+        k: type(v)() if isinstance(v, (list, dict)) else v for k, v in _FIELD_DEFAULTS.items()
+    }
+    return {**defaults, **row}
+
+
+def read_run_rows(run: str | Path, strict: bool = False) -> RunRows:
+    """Every row of a run's results file, with one policy for lines that are not rows: they are
+    skipped and listed (:attr:`RunRows.skipped`, with their line numbers) - or, with ``strict``
+    (a gate, a baseline), refused. Raises :class:`SchemaError` for a missing or unreadable file
+    and for a file without a single row."""
+    path = results_path(run)
+    if not path.is_file():
+        raise SchemaError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path}: unreadable ({exc})") from None
+    result = RunRows(path, [])
+    lines = text.splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parsed = _parse_line(line)
+        if isinstance(parsed, str):
+            result.skipped.append(SkippedLine(i, parsed))
+        else:
+            result.rows.append(parsed)
+    last = result.skipped[-1] if result.skipped else None
+    result.torn_tail = bool(
+        last and last.line == len(lines) and last.why.startswith("not JSON")
+        and not text.endswith("\n")
+    )  # fmt: skip
+    if not result.rows:
+        if not result.skipped:
+            raise SchemaError(f"{path}: empty (no result rows)")
+        raise SchemaError(f"{path}: no result rows ({result.skipped[0]})")
+    if strict and result.skipped:
+        raise SchemaError(result.skipped_message().replace("skipped", "found", 1))
+    return result
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The rows of a results file (:func:`read_run_rows`); skipped lines are announced as a
+    :class:`SkippedLinesWarning`."""
+    run = read_run_rows(path)
+    _warn_skipped(run)
+    return run.rows
+
+
+def _warn_skipped(run: RunRows) -> None:
+    if run.skipped:
+        warnings.warn(run.skipped_message(), SkippedLinesWarning, stacklevel=3)
+
+
+def load_results(run_dir: str | Path) -> pd.DataFrame:
+    """A run directory (or a results.jsonl path) as a DataFrame, one row per result. Lines that
+    are not rows are skipped with a :class:`SkippedLinesWarning` naming them; their
+    :class:`SkippedLine` s are also in ``df.attrs["skipped_lines"]``."""
+    run = read_run_rows(run_dir)
+    _warn_skipped(run)
+    df = pd.DataFrame(run.rows)
+    df.attrs["skipped_lines"] = list(run.skipped)
+    return df
+
+
+def load_env(run_dir: str | Path) -> dict:
+    """A run's ``env.json`` (``{}`` when there is none); :class:`SchemaError` when it is not a
+    JSON object."""
+    path = Path(run_dir) / ENV_FILE
+    if not path.exists():
+        return {}
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SchemaError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(env, dict):
+        raise SchemaError(f"{path}: not a JSON object")
+    return env
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def _retry_on_resume(row: dict) -> bool:
+    """Failed rows and rows skipped for this run's limits (over budget, not run) are measured
+    again by ``--resume``; ok rows and rows that cannot run here are kept."""
+    if row["status"] == "failed":
+        return True
+    if row["status"] != "skipped":
+        return False
+    kind = row.get("skip_kind")
+    if kind is None:  # a row written without a kind: read it the way upgrade_row does
+        kind = "over_budget" if str(row.get("reason", "")).startswith("over budget") else ""
+    return kind in ("over_budget", "not_run")
+
+
 class ResultsWriter:
     """Appends rows to ``<out>/results.jsonl``, one flushed line each (safe against ^C)."""
 
@@ -135,18 +322,39 @@ class ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def done_keys(self) -> set[tuple]:
-        """Keys of rows already measured (for ``--resume``): ok rows and rows skipped because
-        they do not apply count as done; failed rows and rows skipped over the time budget
-        (which depends on ``--max-call``) are tried again."""
+        """``(key, round)`` of the rows already measured (for ``--resume``): every row except
+        those :func:`_retry_on_resume` measures again."""
         if not self.path.exists():
             return set()
-        rows = read_rows(self.path)
+        try:
+            rows = read_run_rows(self.path).rows
+        except SchemaError:  # an empty file: nothing done yet
+            return set()
         return {
-            tuple(r[c] for c in KEY_COLUMNS)
+            (tuple(r[c] for c in KEY_COLUMNS), r.get("round") or 0)
             for r in rows
-            if r["status"] == "ok"
-            or (r["status"] == "skipped" and not str(r.get("reason", "")).startswith("over budget"))
+            if not _retry_on_resume(r)
         }
+
+    def repair_tail(self) -> str:
+        """Cut a torn last line (a write killed half-way) so the next row starts on a line of its
+        own; returns what was done, empty when the file ended with a complete line."""
+        if not self.path.exists():
+            return ""
+        with self.path.open("rb+") as fh:
+            data = fh.read()
+            if not data or data.endswith(b"\n"):
+                return ""
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            if isinstance(_parse_line(tail.decode("utf-8", "replace")), dict):
+                fh.write(b"\n")  # a complete row that only lost its newline
+                return ""
+            fh.truncate(cut)
+            fh.flush()
+            os.fsync(fh.fileno())
+        line = data.count(b"\n") + 1
+        return f"cut a torn last line (line {line}, {len(tail)} bytes) from {self.path}"
 
     def append(self, row: ResultRow) -> None:
         line = row.to_json()
@@ -155,49 +363,118 @@ class ResultsWriter:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def rewrite(self, rows: list[dict]) -> None:
+        """Replace the file by ``rows`` atomically (a kill leaves the old file or the new one)."""
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, allow_nan=False, default=_jsonable) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
 
-def read_rows(path: Path) -> list[dict]:
-    """Rows of a results.jsonl, validated; a torn last line (a killed writer) is skipped."""
-    path = Path(path)
-    if not path.exists():
-        raise SchemaError(f"{path}: no such file")
-    rows: list[dict] = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
+
+def _cell_of(row: dict) -> tuple:
+    return tuple(row[c] for c in KEY_COLUMNS if c not in ("backend", "method"))
+
+
+def complete_speedups(out_dir: Path) -> int:
+    """Give every ok row without a speedup one from its cell's 16-bit baseline row (same round
+    when there is one): rows measured by ``--resume`` after their baseline was measured in an
+    earlier attempt. Rewrites the file only when a row changed; returns how many did."""
+    writer = ResultsWriter(out_dir)
+    rows = read_run_rows(writer.path).rows
+    base: dict[tuple, dict] = {}
+    for r in rows:
+        if r["status"] == "ok" and (r["backend"], r["method"]) == BASELINE and r.get("median_ms"):
+            base.setdefault(_cell_of(r), r)
+            base[(*_cell_of(r), r.get("round", 0))] = r
+    changed = 0
+    for r in rows:
+        if r["status"] != "ok" or r.get("speedup") is not None or not r.get("median_ms"):
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if i == len(lines):  # a torn final line from an interrupted write
-                continue
-            raise SchemaError(f"{path}:{i}: not JSON ({exc.msg})") from None
-        version = row.get("schema_version") if isinstance(row, dict) else None
-        if version in READABLE_OLD_VERSIONS:
-            row = upgrade_row(row)
-            version = row["schema_version"]
-        if version != SCHEMA_VERSION:
-            raise SchemaError(f"{path}:{i}: schema_version {version!r} is not {SCHEMA_VERSION}")
-        missing = [c for c in (*KEY_COLUMNS, "status") if c not in row]
-        if missing:
-            raise SchemaError(f"{path}:{i}: missing fields {missing}")
-        rows.append(row)
-    return rows
+        b = base.get((*_cell_of(r), r.get("round", 0))) or base.get(_cell_of(r))
+        if b is None:
+            continue
+        r["baseline_ms"] = b["median_ms"]
+        r["speedup"] = b["median_ms"] / r["median_ms"]
+        if r.get("baseline_rel_error") is None:
+            r["baseline_rel_error"] = b.get("rel_error")
+        changed += 1
+    if changed:
+        writer.rewrite(rows)
+    return changed
 
 
-def load_results(run_dir: str | Path) -> pd.DataFrame:
-    """A run directory (or a results.jsonl path) as a DataFrame, one row per result."""
-    path = Path(run_dir)
-    if path.is_dir():
-        path = path / RESULTS_FILE
-    rows = read_rows(path)
-    if not rows:
-        raise SchemaError(f"{path}: no result rows")
-    return pd.DataFrame(rows)
+# --- the run directory -----------------------------------------------------------------------
+
+#: Files a run writes into its directory; a directory holding one of them holds a run.
+RUN_FILES = (RESULTS_FILE, ENV_FILE, "report.html", "compare.html")
+#: The env.json entry holding the settings every row of a run was measured with.
+SETTINGS_KEY = "settings"
 
 
-def load_env(run_dir: str | Path) -> dict:
-    path = Path(run_dir) / ENV_FILE
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+class RunDirError(ValueError):
+    """An output directory a run cannot use (the message says why)."""
+
+
+def holds_run(out: Path) -> bool:
+    return any((Path(out) / name).exists() for name in RUN_FILES)
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def check_out_dir(out: Path, move_old: bool) -> None:
+    """Raise :class:`RunDirError` unless a run can write into ``out``: a directory (or a path
+    that can become one) that is writable; with ``move_old``, its parent must be writable too,
+    so that an earlier run there can be moved aside."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"--out {out} is a file, not a directory")
+    if out.is_dir():
+        if not _writable_dir(out):
+            raise RunDirError(f"--out {out} is not writable")
+        if move_old and holds_run(out) and not _writable_dir(out.resolve().parent):
+            raise RunDirError(
+                f"--out {out} holds a run that cannot be moved aside ({out.resolve().parent} is "
+                "not writable); give another --out, or --resume"
+            )
+        return
+    ancestor = out.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not _writable_dir(ancestor):
+        raise RunDirError(f"--out {out} cannot be created: {ancestor} is not a writable directory")
+
+
+def move_aside(out: Path) -> Path:
+    """Rename the run directory ``out`` to a timestamped sibling (``latest`` ->
+    ``latest.2026-01-31T12-00-00``) and return that path; nothing is deleted."""
+    out = Path(out)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%S")
+    dest = out.with_name(f"{out.name}.{stamp}")
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = out.with_name(f"{out.name}.{stamp}-{n}")
+    os.rename(out, dest)
+    return dest
+
+
+def settings_differences(stored_env: dict, settings: dict) -> list[str]:
+    """The settings whose value in a run's ``env.json`` differs from ``settings`` (as
+    ``"name: stored -> new"``); a run written before settings were recorded compares none."""
+    stored = stored_env.get(SETTINGS_KEY)
+    if not isinstance(stored, dict):
+        return []
+    return [
+        f"{name}: {stored.get(name)!r} -> {value!r}"
+        for name, value in settings.items()
+        if name in stored and _same_json(stored[name]) != _same_json(value)
+    ]
+
+
+def _same_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
