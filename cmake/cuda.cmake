@@ -144,6 +144,8 @@ function(kb_cuda_module name)
     CUDA_RUNTIME_LIBRARY Static
     CXX_VISIBILITY_PRESET hidden
     CUDA_VISIBILITY_PRESET hidden
+    # The built file already carries its final rpath: copied or installed, nothing rewrites it.
+    BUILD_WITH_INSTALL_RPATH ON
     INSTALL_RPATH "${arg_RPATH}")
   target_include_directories(${name} PRIVATE "${_kb_root}/csrc" ${arg_INCLUDES})
   target_compile_options(${name} PRIVATE
@@ -157,7 +159,6 @@ endfunction()
 # bare import: the wheel layout next to site-packages, and the build-time library folder.
 kb_cuda_module(_cuda SOURCES csrc/cuda_int8.cu csrc/cublaslt_int8.cu LIBS kb_cublaslt
   RPATH "$ORIGIN/../nvidia/cu13/lib;$ORIGIN/../nvidia/cublas/lib;${_kb_cublas_libdir}")
-set_target_properties(_cuda PROPERTIES BUILD_RPATH "${_kb_cublas_libdir}")
 
 # --- CUTLASS: kernelbench._cutlass (optional) -------------------------------------------------
 # The fused int8 GEMM (csrc/cutlass_int8*.cu) needs the CUTLASS headers (include/ and

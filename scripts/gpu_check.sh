@@ -56,7 +56,7 @@ cublas_root="$(python3 - <<'EOF' 2>/dev/null
 import os, site, sys
 for p in sys.path + site.getsitepackages():
     d = os.path.join(p or ".", "nvidia", "cu13")
-    if os.path.isfile(os.path.join(d, "include", "cublasLt.h")):
+    if os.path.isfile(os.path.join(d, "lib", "libcublasLt.so.13")):
         print(os.path.abspath(d)); break
 EOF
 )"

@@ -128,6 +128,9 @@ say "CUTLASS: $cutlass_root"
 
 # --- configure, build, install -----------------------------------------------------------------
 build="$root/build/gpu-prebuilt-$cache_tag"
+mkdir -p "$root/build"
+exec 9>"$build.lock"  # one build at a time in this folder (waits for another run)
+if command -v flock >/dev/null; then flock 9; fi
 sources_sha="$("$host_py" "$root/scripts/gpu_prebuilt.py" sources)"  # before the build reads them
 say "configuring $build"
 "$cmake_bin" -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
@@ -140,12 +143,9 @@ t_build=$SECONDS
 say "building with $njobs job(s)"
 "$cmake_bin" --build "$build" -j "$njobs" || die "CUDA build failed"
 say "built in $((SECONDS - t_build))s"
-staging="$build/install"
-rm -rf "$staging"
-"$cmake_bin" --install "$build" --prefix "$staging" >/dev/null || die "cmake --install failed"
 rm -rf "$out"
 mkdir -p "$out/kernelbench"
-cp "$staging"/kernelbench/_cu*"$ext_suffix" "$out/kernelbench/"
+cp "$build"/_cu*"$ext_suffix" "$out/kernelbench/"  # built with their install rpath
 "$host_py" "$root/scripts/gpu_prebuilt.py" write "$out" --ext-suffix "$ext_suffix" \
   --cache-tag "$cache_tag" --cuda "$cuda_version" --sources-sha256 "$sources_sha" >/dev/null
 ls -l "$out/kernelbench" | tail -n +2 | sed 's/^/    /'
