@@ -254,6 +254,9 @@ def test_help_is_light_and_plain():
     code = "import sys, kernelbench.cli; print('torch' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+    from kernelbench import cases, cli
+
+    assert cli.DISTRIBUTIONS == cases.DISTRIBUTIONS
     result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     flags = [ln for ln in result.output.splitlines() if "<bool>" in ln and "--help" not in ln]

@@ -1,0 +1,330 @@
+"""``kernelbench run`` once its options are checked: load and check everything the run needs,
+open the output directory (an earlier run moved aside, or resumed with the same settings), then
+measure every row with progress and write it as it comes.
+
+Nothing reaches ``--out`` before every input has been checked; each problem ends in one
+``error:`` line and exit 2 (:func:`kernelbench.cli.fail`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from kernelbench import profiles
+from kernelbench.cli import _write_report, console, fail, skipped_lines_reported
+
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything ``run`` was asked, checked for ranges, before torch is imported."""
+
+    profile: profiles.Profile
+    case: str
+    backends: tuple[str, ...] | None
+    methods: tuple[str, ...] | None
+    layer: str | None
+    dist: str | None
+    activations: Path | None
+    device: str
+    out: Path
+    resume: bool
+    alpha: float
+    outlier_cmp: str
+    outlier_weights: str
+    executor: str
+    address: str | None
+
+
+def _settings(req: RunRequest, dclass: str, threads: int) -> dict:
+    """What every row of a run shares; ``--resume`` refuses to mix rows of other settings."""
+    p = req.profile
+    return {
+        "case": req.case,
+        "dist": req.dist,
+        "activations": str(req.activations) if req.activations else None,
+        "alpha": req.alpha,
+        "outlier_cmp": req.outlier_cmp,
+        "outlier_weights": req.outlier_weights,
+        "budget_s": p.budget_s,
+        "warmup_s": p.warmup_s,
+        "error_rows": p.error_rows,
+        "rounds": p.rounds,
+        "ci_target": p.ci_target,
+        "extra_rounds": p.extra_rounds,
+        "device_class": dclass,
+        "threads": threads,
+    }
+
+
+@dataclass
+class _Prepared:
+    case: object  # kernelbench.cases.Case
+    opts: object  # kernelbench.harness.RunOptions
+    items: list
+    pairs: list[tuple[str, str]]
+    runner: object  # an executor
+    device: object  # torch.device
+    env: dict
+
+
+def _prepare(req: RunRequest) -> _Prepared:
+    """Load and check everything the run needs (case, activations, executor), writing nothing."""
+    import torch
+
+    from kernelbench import env as envmod
+    from kernelbench.cases import load_activation_file, load_case
+    from kernelbench.executors import get_executor
+    from kernelbench.harness import RunOptions, method_pairs, plan, resolve_device
+    from kernelbench.measure import TimerSettings
+    from kernelbench.quant import QuantConfig
+
+    p = req.profile
+    if p.threads:
+        torch.set_num_threads(p.threads)
+    local = req.executor == "local"
+    try:
+        the_case = load_case(req.case)
+        # A Ray driver need not have the workers' GPU: the executor resolves the device there.
+        dev = resolve_device(req.device) if local else torch.device("cpu")
+        opts = RunOptions(
+            case=the_case.name,
+            sizes=p.sizes,
+            tokens=p.tokens,
+            layer=req.layer,
+            dist=req.dist,
+            backends=req.backends,
+            methods=req.methods,
+            device=dev.type if local else req.device,
+            cfg=QuantConfig(req.alpha, req.outlier_cmp, req.outlier_weights),
+            timer=TimerSettings(budget_s=p.budget_s, warmup_s=p.warmup_s),
+            max_call_s=p.max_call_s,
+            error_rows=p.error_rows,
+            activations=req.activations,
+            rounds=p.rounds,
+            ci_target=p.ci_target,
+            extra_rounds=p.extra_rounds,
+        )
+        items = plan(the_case, opts)
+        pairs = method_pairs(opts)
+        if req.activations is not None:
+            _check_activations(load_activation_file(req.activations), items, the_case)
+        runner = get_executor(req.executor, address=req.address)
+    except KeyError as exc:
+        raise fail(f"case {req.case!r}: missing entry {exc}") from None
+    except (ValueError, OSError) as exc:
+        raise fail(str(exc)) from None
+    env = envmod.collect(dev, sys.argv[1:])
+    return _Prepared(the_case, opts, items, pairs, runner, dev, env)
+
+
+def _check_activations(acts, items, case) -> None:
+    for item in items:
+        k, _ = case.shape(item.layer, item.size.d_model)
+        if acts.shape[1] != k:
+            raise ValueError(
+                f"--activations have d={acts.shape[1]}; layer {item.layer} at "
+                f"d_model={item.size.d_model} needs {k} (give --sizes matching your file)"
+            )
+        if acts.shape[0] < item.tokens:
+            raise ValueError(f"--activations have {acts.shape[0]} tokens, {item.tokens} asked")
+
+
+def run_sweep(req: RunRequest, no_report: bool) -> None:
+    """The whole run: checks, the output directory, the sweep, the tables and the report."""
+    from kernelbench import results as res
+
+    prep = _prepare(req)
+    try:
+        res.check_out_dir(req.out, move_old=not req.resume)
+    except res.RunDirError as exc:
+        raise fail(str(exc)) from None
+    settings = _settings(req, prep.env["device_class"], prep.env["threads"])
+    old_env: dict = {}
+    if req.resume:
+        try:
+            old_env = res.load_env(req.out) if req.out.is_dir() else {}
+        except res.SchemaError as exc:
+            raise fail(f"{exc}; cannot --resume this run") from None
+        diff = res.settings_differences(old_env, settings)
+        if diff:
+            raise fail(
+                f"--resume: {req.out} was measured with other settings ({'; '.join(diff)}); "
+                "give the same flags, or another --out"
+            )
+    elif res.holds_run(req.out):
+        moved = res.move_aside(req.out)
+        console.print(f"an earlier run in {escape(str(req.out))} was moved to {escape(str(moved))}")
+    writer = res.ResultsWriter(req.out)
+    done: set = set()
+    if req.resume:
+        note = writer.repair_tail()
+        if note:
+            console.print(escape(note))
+        done = writer.done_keys()
+    _write_env(req, prep, settings, old_env)
+    _sweep(req, prep, writer, done)
+    filled = res.complete_speedups(req.out)
+    if filled:
+        console.print(f"{filled} row(s) got their speedup from their cell's earlier baseline row")
+    from kernelbench.console import print_tables
+    from kernelbench.view import load_view
+
+    with skipped_lines_reported():
+        print_tables(load_view(req.out), console)
+    if not no_report:
+        _write_report([req.out], None)
+
+
+def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) -> None:
+    from dataclasses import asdict
+
+    from kernelbench.results import ENV_FILE, SETTINGS_KEY
+
+    env = dict(prep.env)
+    opts = prep.opts
+    env.update(
+        seed=prep.case.seed,
+        timer=asdict(opts.timer),
+        max_call_s=opts.max_call_s,
+        error_rows=opts.error_rows,
+        rounds=opts.rounds,
+        ci_target=opts.ci_target,
+        extra_rounds=opts.extra_rounds,
+        quant=asdict(opts.cfg),
+        profile=req.profile.name,
+    )
+    env[SETTINGS_KEY] = settings
+    if old_env.get("started_at"):
+        env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
+    if hasattr(prep.runner, "cluster_env"):
+        try:
+            env["hosts"] = prep.runner.cluster_env(opts.device)["hosts"]
+        except Exception as exc:  # noqa: BLE001 - per-host env is informative
+            console.print(f"[yellow]no per-host env: {escape(str(exc))}[/yellow]")
+    if req.executor == "local":  # rooflines: this device class's measured peaks (cached)
+        from kernelbench.peak import cached_peak, cached_peak_exists
+
+        if not cached_peak_exists(prep.device):
+            console.print("measuring this device's peaks once (kernelbench peak), ~30 s ...")
+        env["peak"] = {**env.get("peak", {}), **cached_peak(prep.device)}
+    prep.env.update(env)
+    (req.out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that resumes the run ``argv`` started."""
+    args = list(argv) if "--resume" in argv else [*argv, "--resume"]
+    return shlex.join(["kernelbench", *args])
+
+
+def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
+    """Measure and write every row (then the extra rounds the run's uncertain rows get), with
+    progress; ^C ends with a one-line summary and exit 130."""
+    from kernelbench.harness import followup_items
+    from kernelbench.progress import CostModel, sweep_progress
+    from kernelbench.results import read_rows
+
+    console.print(
+        f"kernelbench run: {len(prep.items)} cells x {len(prep.pairs)} (backend, method) pairs "
+        f"on {escape(prep.env['device_class'])}, {prep.env['threads']} threads -> "
+        f"{escape(str(req.out))}"
+    )
+    cost = CostModel(req.profile.budget_s, paired=True)
+    count = [0]
+    try:
+        with sweep_progress(console) as progress:
+            task = progress.add_task("starting", total=None, rows=0)
+            _measure(prep, prep.items, writer, done, cost, progress, task, count)
+            for extra in range(prep.opts.extra_rounds):
+                next_round = prep.opts.rounds + extra
+                more = followup_items(
+                    read_rows(writer.path),
+                    prep.env,
+                    prep.items,
+                    next_round,
+                    prep.opts.extra_round_budget_s,
+                )
+                if not more:
+                    break
+                _measure(prep, more, writer, done, cost, progress, task, count)
+    except KeyboardInterrupt:
+        kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
+        typer.echo(
+            f"interrupted: {count[0]} row(s) written by this run, {kept} kept in {writer.path}; "
+            f"resume with: {resume_command(sys.argv[1:])}",
+            err=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except ValueError as exc:  # an executor that cannot start (no GPU on the cluster...)
+        raise fail(str(exc)) from None
+
+
+def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: list) -> None:
+    """Run ``items`` through the executor, writing each row; the bar advances by each row's
+    estimated cost and names the row timed next."""
+    remaining = _planned_rows(prep, items, done, cost)
+    spent = progress.tasks[0].completed if progress.tasks else 0.0
+    for item, row in prep.runner.run(items, prep.case, prep.opts, done):
+        writer.append(row)
+        count[0] += 1
+        pair = (row.backend, row.method)
+        spent += remaining.pop((item, pair), (0.0, 0.0, False))[0]
+        cost.record(pair, float(row.flops or 0.0), row.median_ms)
+        left = sum(cost.cost(p, f, ok) for (_, p), (_, f, ok) in remaining.items())
+        nxt = next(iter(remaining), None)
+        label = f"timing {nxt[0].label} {nxt[1][0]}/{nxt[1][1]}" if nxt else "finishing"
+        progress.update(
+            task, completed=spent, total=spent + left, rows=count[0], description=escape(label)
+        )
+
+
+def _planned_rows(prep: _Prepared, items, done: set, cost) -> dict:
+    """(item, pair) -> (estimated seconds, flops, runs here) of every row still to measure, in
+    measuring order."""
+    from kernelbench.backends import all_backends
+    from kernelbench.backends.base import sixteen_bit_dtype
+    from kernelbench.core import work_flops
+    from kernelbench.results import KEY_COLUMNS
+
+    dtype = sixteen_bit_dtype(prep.device)
+    backends = all_backends()
+    planned = {}
+    for item in items:
+        k, n = prep.case.shape(item.layer, item.size.d_model)
+        flops = work_flops(item.tokens, k, n)
+        only = item.only
+        for backend, method in prep.pairs:
+            if only is not None and (backend, method) not in only:
+                continue
+            fields = {
+                "case": prep.case.name,
+                "d_model": item.size.d_model,
+                "tokens": item.tokens,
+                "layer": item.layer,
+                "backend": backend,
+                "method": method,
+                "device_class": prep.env["device_class"],
+            }
+            if (tuple(fields[c] for c in KEY_COLUMNS), item.round) in done:
+                continue
+            try:
+                runs = bool(
+                    backends[backend].supports(method, prep.device, dtype, item.tokens, k, n)
+                )
+            except Exception:  # noqa: BLE001 - only an estimate
+                runs = True
+            planned[(item, (backend, method))] = (
+                cost.cost((backend, method), flops, runs),
+                flops,
+                runs,
+            )
+    return planned
