@@ -21,9 +21,10 @@ from kernelbench.core import INT8_STAGE_METHODS
 from kernelbench.quant import QuantConfig
 
 #: (m, k, n): a row, odd m around tile edges (16/64/128), k and n multiples of 16 but not of
-#: the tile sizes, one empty batch.
+#: the tile sizes, k and n off the 16-multiple rule (padded or declined), one empty batch.
 SHAPES: tuple[tuple[int, int, int], ...] = (
     (1, 16, 16),
+    (5, 33, 35),
     (3, 48, 32),
     (17, 80, 48),
     (65, 144, 96),

@@ -119,3 +119,43 @@ def test_shell_scripts_parse(script: str) -> None:
     if not (SCRIPTS / script).exists():
         pytest.skip(f"{script} not present")
     subprocess.run(["bash", "-n", str(SCRIPTS / script)], check=True)
+
+
+kernel_workload = _load("kernel_workload")
+
+
+def test_workload_walks_every_case_of_a_cpu_backend(capsys) -> None:
+    assert kernel_workload.main(["--device", "cpu", "--backends", "custom"]) == 0
+    out = capsys.readouterr().out
+    cases = len(kernel_workload.SHAPES) * 3 * 2  # shapes x methods x dtypes
+    assert out.count("custom ") == cases
+    assert "0 case(s) failed" in out
+
+
+class _Broken:
+    """A backend whose runner fails: with a plain error (counted) or an InputError (listed)."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def availability(self, device):
+        from kernelbench.backends.base import Availability
+
+        return Availability.yes()
+
+    def supports(self, *args):
+        return self.availability(None)
+
+    def runner(self, *args, **kwargs):
+        raise self.exc
+
+
+def test_workload_counts_failures_but_not_refusals(monkeypatch, capsys) -> None:
+    from kernelbench.checks import InputError
+
+    monkeypatch.setattr(kernel_workload, "get_backend", lambda name: _Broken(InputError("no")))
+    assert kernel_workload.main(["--device", "cpu", "--backends", "x"]) == 0
+    assert "refused: no" in capsys.readouterr().out
+    monkeypatch.setattr(kernel_workload, "get_backend", lambda name: _Broken(RuntimeError("bad")))
+    assert kernel_workload.main(["--device", "cpu", "--backends", "x"]) == 1
+    assert f"{len(kernel_workload.SHAPES) * 6} case(s) failed" in capsys.readouterr().out
