@@ -86,45 +86,78 @@ def outlier_activations(
 
 
 @pytest.fixture
-def make_randn(gen):
-    return lambda *shape, **kw: randn(gen, *shape, **kw)
+def make_randn(gen, device):
+    """Seeded Gaussian inputs on the test's device (see :func:`device`)."""
+    return lambda *shape, **kw: randn(gen, *shape, **kw).to(device)
 
 
 @pytest.fixture
-def make_outliers(gen):
-    return lambda m, k, **kw: outlier_activations(gen, m, k, **kw)
+def make_outliers(gen, device):
+    def make(m, k, **kw):
+        x, dims = outlier_activations(gen, m, k, **kw)
+        return x.to(device), dims.to(device)
+
+    return make
 
 
 # --- backends ------------------------------------------------------------------------------
 
 
-def _cpu_backend_params():
+#: The devices every backend-contract test runs on; one that a backend cannot use here is a
+#: skipped test with the backend's reason (on a GPU machine the same tests run on ``cuda``).
+DEVICES = ("cpu", "cuda")
+
+
+def _backend_params(select=lambda backend: True):
     params = []
     for name, backend in all_backends().items():
-        avail = backend.availability(torch.device("cpu"))
-        marks = () if avail else (pytest.mark.skip(reason=f"{name}: {avail.reason}"),)
-        params.append(pytest.param(name, id=name, marks=marks))
+        if not select(backend):
+            continue
+        for device in DEVICES:
+            avail = backend.availability(torch.device(device))
+            marks = () if avail else (pytest.mark.skip(reason=f"{name}: {avail.reason}"),)
+            params.append(pytest.param((name, device), id=f"{name}-{device}", marks=marks))
     return params
 
 
-@pytest.fixture(params=_cpu_backend_params())
-def backend(request):
-    """Every registered backend, on CPU; skipped with its availability reason when it cannot
-    run here."""
-    return all_backends()[request.param]
+@pytest.fixture(params=_backend_params())
+def backend_on(request):
+    """(backend, device) for every registered backend on every device; skipped with the
+    backend's availability reason where it cannot run."""
+    name, device = request.param
+    return all_backends()[name], torch.device(device)
 
 
-@pytest.fixture(
-    params=[p for p in _cpu_backend_params() if all_backends()[p.values[0]].numerics.reference]
-)
-def own_backend(request):
-    """The backends that declare :mod:`kernelbench.quant`'s math (``numerics.reference``), held
-    to the oracle tolerance; peers with a variant of their own have their own tests."""
-    return all_backends()[request.param]
+@pytest.fixture(params=_backend_params(lambda b: b.numerics.reference))
+def own_backend_on(request):
+    """Like :func:`backend_on`, for the backends that declare :mod:`kernelbench.quant`'s math
+    (``numerics.reference``): held to the oracle tolerance. Peers with a variant of their own
+    have their own tests."""
+    name, device = request.param
+    return all_backends()[name], torch.device(device)
 
 
-def supported_methods(backend, dtype=torch.bfloat16, m=8, k=8, n=8) -> list[str]:
-    dev = torch.device("cpu")
+@pytest.fixture
+def backend(backend_on):
+    return backend_on[0]
+
+
+@pytest.fixture
+def own_backend(own_backend_on):
+    return own_backend_on[0]
+
+
+@pytest.fixture
+def device(request) -> torch.device:
+    """The device of the test's backend parameter (CPU for tests without one)."""
+    for name in ("backend_on", "own_backend_on"):
+        if name in request.fixturenames:
+            return request.getfixturevalue(name)[1]
+    return torch.device("cpu")
+
+
+def supported_methods(backend, dtype=torch.bfloat16, m=8, k=8, n=8, device="cpu") -> list[str]:
+    dev = torch.device(device)
     return [meth for meth in backend.methods if backend.supports(meth, dev, dtype, m, k, n)]
 
 
@@ -206,6 +239,9 @@ def assert_matches_oracle(
 ):
     """``|y - oracle.emulate| <= oracle_tolerance`` element-wise, with a useful message; the
     16-bit roundings allowed are those ``backend`` declares (none when not given)."""
+    y, x, w = y.cpu(), x.cpu(), w.cpu()
+    bias = bias.cpu() if bias is not None else None
+    kept_rows = kept_rows.cpu() if kept_rows is not None else None
     ref = oracle.emulate(method, x, w, bias, cfg, kept_rows).to(F64)
     if isinstance(backend, str):
         backend = get_backend(backend)

@@ -1,5 +1,7 @@
-"""Every backend on CPU, every method it supports, against the float64 oracle (tolerance derived
-in ``conftest.py``), plus the bit-exact relations between the backends and kernel sets."""
+"""The backend contract: every backend that declares the reference math, on every device it
+runs on, every method it supports, against the float64 oracle (tolerance derived in
+``conftest.py`` from what the backend declares); shapes with tails, -128, outliers, alpha
+semantics. Plus the bit-exact relations between the CPU backends and kernel sets."""
 
 from __future__ import annotations
 
@@ -30,9 +32,16 @@ def need_custom():
 
 @pytest.fixture
 def backend(own_backend):
-    """Here: only our backends (torch, custom), whose math is kernelbench.quant; peer backends
-    are covered by tests/test_inputs.py and their own tests."""
+    """Here: the backends that declare kernelbench.quant's math; peers are covered by
+    tests/test_inputs.py and their own tests."""
     return own_backend
+
+
+def exact_int8(backend, methods_of, device):
+    if "int8_raw" not in methods_of(backend, device=device):
+        pytest.skip(f"{backend.name} has no int8_raw on {device}")
+    if not backend.numerics.exact_int8:
+        pytest.skip(f"{backend.name} does not declare an exact int8 product")
 
 
 @pytest.fixture
@@ -47,14 +56,14 @@ def isa_restored():
 @pytest.mark.parametrize("cfg", CFGS)
 @pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
 def test_every_method_matches_oracle(
-    backend, methods_of, check_oracle, make_outliers, make_randn, cfg, dtype
+    backend, methods_of, check_oracle, make_outliers, make_randn, device, cfg, dtype
 ):
     x, dims = make_outliers(24, 72, n_outlier_dims=3, dtype=dtype)
     x[5] *= 0.01  # a small-magnitude token
     w = make_randn(40, 72, dtype=dtype, scale=0.1)
     bias = make_randn(40, dtype=dtype)
-    methods = methods_of(backend, dtype, 24, 72, 40)
-    assert methods, f"{backend.name} supports no method on CPU"
+    methods = methods_of(backend, dtype, 24, 72, 40, device=device)
+    assert methods, f"{backend.name} supports no method on {device}"
     for method in methods:
         for kept in (None, dims) if method == "llm_int8" else (None,):
             r = backend.runner(method, x, w, bias, cfg, kept_rows=kept)
@@ -74,14 +83,15 @@ def test_every_method_matches_oracle(
                 bias,
                 cfg,
                 kept,
-                what=f"{backend.name}/{method}",
-                backend=backend.name,
+                what=f"{backend.name}/{method} on {device}",
+                backend=backend,
             )
 
 
-def test_int8_raw_is_the_exact_integer_product(backend, methods_of, make_outliers, make_randn):
-    if "int8_raw" not in methods_of(backend):
-        pytest.skip(f"{backend.name} has no int8_raw")
+def test_int8_raw_is_the_exact_integer_product(
+    backend, methods_of, make_outliers, make_randn, device
+):
+    exact_int8(backend, methods_of, device)
     x, _ = make_outliers(33, 65)
     w = make_randn(19, 65)
     cfg = QuantConfig()
@@ -89,37 +99,35 @@ def test_int8_raw_is_the_exact_integer_product(backend, methods_of, make_outlier
     pw = backend.prepare_weight(w, None, cfg.without_decomposition())
     qa = backend.quantize(x, pw, cfg.without_decomposition())
     acc = backend.int8_matmul(qa.int8, pw)
-    w8 = pw.int8_columns(torch.arange(65))
+    w8 = pw.int8_columns(torch.arange(65, device=device))
     assert acc.dtype == torch.int32
     assert torch.equal(acc.to(torch.int64), oracle.int_product(qa.int8, w8))
-    # extreme operands: every product at +-127^2, incl. -128 which the GEMM must take exactly
-    a = torch.full((5, 65), -127, dtype=torch.int8)
+    # extreme operands: every product at +-127^2, and -128 in the activations, which the GEMM
+    # must take exactly (weights at -128: tests/test_cpu_kernels.py and the kernel-set test)
+    a = torch.full((5, 65), -127, dtype=torch.int8, device=device)
     a[0] = -128
     a[1, ::2] = 127
-    b = torch.full((3, 65), 127, dtype=torch.int8)
-    b[2] = -128
-    pb = backend.prepare_weight(torch.ones(3, 65, dtype=BF16), None, cfg)
-    if pb.int8 is not None:
-        pb.int8 = b
-        got = backend.int8_matmul(a, pb)
-    else:
-        got = cpu_ext.int8_matmul_unpacked(a, b)
+    signs = torch.ones(3, 65, dtype=BF16, device=device)
+    signs[2] = -1
+    pb = backend.prepare_weight(signs, None, cfg)
+    b = pb.int8_columns(torch.arange(65, device=device))
+    assert set(b.unique().tolist()) == {-127, 127}
+    got = backend.int8_matmul(a, pb)
     assert torch.equal(got.to(torch.int64), oracle.int_product(a, b))
 
 
-def test_int8_raw_runner_equals_oracle_on_tie_free_inputs(backend, methods_of, gen):
+def test_int8_raw_runner_equals_oracle_on_tie_free_inputs(backend, methods_of, gen, device):
     """Inputs on the quantization grid (no ties): the runner's int8_raw is oracle.emulate's
     exact int64 product, bit for bit."""
-    if "int8_raw" not in methods_of(backend):
-        pytest.skip(f"{backend.name} has no int8_raw")
+    exact_int8(backend, methods_of, device)
     qx = torch.randint(-127, 128, (21, 37), generator=gen)
     qx[:, 0] = 127
     qw = torch.randint(-127, 128, (11, 37), generator=gen)
     qw[:, 3] = -127
-    x, w = (qx * 0.125).to(BF16), (qw * 2.0**-6).to(BF16)
+    x, w = (qx * 0.125).to(BF16).to(device), (qw * 2.0**-6).to(BF16).to(device)
     y = backend.runner("int8_raw", x, w, None, QuantConfig()).run()
     ref = oracle.emulate("int8_raw", x, w, None, QuantConfig())
-    assert torch.equal(y.to(torch.int64), ref)
+    assert torch.equal(y.to(torch.int64).cpu(), ref)
     assert torch.equal(ref, qx @ qw.T)
 
 
@@ -206,8 +214,8 @@ def test_gemm_is_the_exact_integer_product_on_every_kernel_set(isa_restored, gen
 
 
 @pytest.mark.parametrize("method", ["vectorwise", "llm_int8"])
-def test_zero_token_gives_bias(backend, methods_of, make_randn, method):
-    if method not in methods_of(backend):
+def test_zero_token_gives_bias(backend, methods_of, make_randn, device, method):
+    if method not in methods_of(backend, device=device):
         pytest.skip(f"{backend.name} does not run {method}")
     x = make_randn(4, 16)
     x[2] = 0
@@ -218,13 +226,13 @@ def test_zero_token_gives_bias(backend, methods_of, make_randn, method):
     assert torch.equal(y[2], bias)
 
 
-def test_weight_bytes_below_16_bit(backend, methods_of, make_outliers, make_randn):
+def test_weight_bytes_below_16_bit(backend, methods_of, make_outliers, make_randn, device):
     m, k, n = 16, 256, 128
     x, dims = make_outliers(m, k)
     w = make_randn(n, k)
     bias = make_randn(n)
     sixteen = n * k * 2
-    for method in methods_of(backend, BF16, m, k, n):
+    for method in methods_of(backend, BF16, m, k, n, device=device):
         if method in ("fp32", "fp16"):
             continue
         r = backend.runner(method, x, w, bias, QuantConfig(), kept_rows=dims)
@@ -236,8 +244,8 @@ def test_weight_bytes_below_16_bit(backend, methods_of, make_outliers, make_rand
         assert backend.runner("fp16", x, w, bias, QuantConfig()).weight_bytes == (n * k + n) * 2
 
 
-def test_runner_stages_reproduce_run(backend, methods_of, make_outliers, make_randn):
-    if "llm_int8" not in methods_of(backend):
+def test_runner_stages_reproduce_run(backend, methods_of, make_outliers, make_randn, device):
+    if "llm_int8" not in methods_of(backend, device=device):
         pytest.skip(f"{backend.name} has no llm_int8")
     x, dims = make_outliers(12, 40)
     w = make_randn(10, 40)
@@ -247,6 +255,25 @@ def test_runner_stages_reproduce_run(backend, methods_of, make_outliers, make_ra
     for stage in r.stages.values():
         stage()
     assert torch.equal(r.run(), r.run())
+
+
+@pytest.mark.parametrize("cmp", [">", ">="])
+def test_alpha_semantics(backend, methods_of, make_randn, device, check_oracle, cmp):
+    """A column whose largest magnitude is exactly alpha is an outlier under '>=' only; alpha 0
+    turns the decomposition off (llm_int8 is then vectorwise)."""
+    if "llm_int8" not in methods_of(backend, device=device):
+        pytest.skip(f"{backend.name} has no llm_int8")
+    x, w, bias = make_randn(6, 24, scale=0.5), make_randn(10, 24), make_randn(10)
+    x[:, 3] = 4.0  # exactly alpha
+    x[1, 7] = -9.0  # beyond alpha either way
+    cfg = QuantConfig(4.0, cmp)
+    r = backend.runner("llm_int8", x, w, bias, cfg)
+    assert r.outlier_cols == (2 if cmp == ">=" else 1)
+    check_oracle(r.run(), "llm_int8", x, w, bias, cfg, what=f"alpha {cmp}", backend=backend)
+    off = QuantConfig(0.0, cmp)
+    r_off = backend.runner("llm_int8", x, w, bias, off)
+    assert r_off.outlier_cols == 0
+    assert torch.equal(r_off.run(), backend.runner("vectorwise", x, w, bias, cfg).run())
 
 
 def test_registry_lists_torch_and_custom():

@@ -1,4 +1,5 @@
-"""Bad input gives a clear :class:`InputError` naming the problem, on every backend."""
+"""The backend contract on bad input: a clear :class:`InputError` naming the problem, on every
+backend and every device it runs on (skipped with the backend's reason elsewhere)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ BF16 = torch.bfloat16
 CFG = QuantConfig()
 
 
-def methods(backend, methods_of):
-    ms = methods_of(backend)
+def methods(backend, methods_of, device):
+    ms = methods_of(backend, device=device)
     if not ms:
-        pytest.skip(f"{backend.name} runs no method on CPU")
+        pytest.skip(f"{backend.name} runs no method on {device}")
     return ms
 
 
@@ -25,8 +26,8 @@ def expect_error(backend, ms, x, w, bias, match):
             backend.runner(method, x, w, bias, CFG).run()
 
 
-def test_nan_inf_in_x_or_w(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
+def test_nan_inf_in_x_or_w(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
     for bad in (float("nan"), float("inf"), float("-inf")):
         x, w = make_randn(4, 8), make_randn(6, 8)
         x[1, 2] = bad
@@ -34,74 +35,78 @@ def test_nan_inf_in_x_or_w(backend, methods_of, make_randn):
         x, w = make_randn(4, 8), make_randn(6, 8)
         w[0, 0] = bad
         expect_error(backend, ms, x, w, None, r"weight contains 1 NaN/Inf")
-    bias = torch.full((6,), float("nan"), dtype=BF16)
+    bias = torch.full((6,), float("nan"), dtype=BF16, device=device)
     expect_error(backend, ms, make_randn(4, 8), make_randn(6, 8), bias, r"bias contains")
 
 
-def test_m_zero_gives_empty_output(backend, methods_of, make_randn):
+def test_m_zero_gives_empty_output(backend, methods_of, make_randn, device):
     """Documented (cpu_ext: 'any m >= 0'): zero tokens give an empty (0, n) output."""
-    ms = methods(backend, methods_of)
-    x = torch.empty(0, 8, dtype=BF16)
+    ms = methods(backend, methods_of, device)
+    x = torch.empty(0, 8, dtype=BF16, device=device)
     for method in ms:
         y = backend.runner(method, x, make_randn(6, 8), make_randn(6), CFG).run()
         assert tuple(y.shape) == (0, 6), method
 
 
-def test_shape_mismatch(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
+def test_shape_mismatch(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
     expect_error(backend, ms, make_randn(4, 9), make_randn(6, 8), None, r"shape mismatch")
     expect_error(backend, ms, make_randn(8), make_randn(6, 8), None, r"x must be 2-D")
 
 
-def test_one_d_weight(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
+def test_one_d_weight(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
     expect_error(backend, ms, make_randn(4, 8), make_randn(48), None, r"weight must be 2-D")
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float64])
-def test_wrong_dtype(backend, methods_of, make_randn, dtype):
-    ms = methods(backend, methods_of)
+def test_wrong_dtype(backend, methods_of, make_randn, device, dtype):
+    ms = methods(backend, methods_of, device)
     x = make_randn(4, 8, dtype=torch.float32).mul(10).to(dtype)
     expect_error(backend, ms, x, make_randn(6, 8), None, r"x dtype must be one of")
     w = make_randn(6, 8, dtype=torch.float32).mul(10).to(dtype)
     expect_error(backend, ms, make_randn(4, 8), w, None, r"dtype (mismatch|must be one of)")
 
 
-def test_dtype_mismatch(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
+def test_dtype_mismatch(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
     x = make_randn(4, 8, dtype=torch.float16)
     expect_error(backend, ms, x, make_randn(6, 8), None, r"dtype mismatch")
 
 
-def test_non_contiguous(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
+def test_non_contiguous(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
     xt = make_randn(8, 4).T
     expect_error(backend, ms, xt, make_randn(6, 8), None, r"x must be contiguous")
     wt = make_randn(8, 6).T
     expect_error(backend, ms, make_randn(4, 8), wt, None, r"weight must be contiguous")
 
 
-def test_bias_of_wrong_shape(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
+def test_bias_of_wrong_shape(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
     for bias in (make_randn(5), make_randn(1, 6), make_randn(7)):
         expect_error(
             backend, ms, make_randn(4, 8), make_randn(6, 8), bias, r"bias must have shape \(6,\)"
         )
 
 
-def test_empty_weight(backend, methods_of, make_randn):
-    ms = methods(backend, methods_of)
-    w = torch.empty(0, 8, dtype=BF16)
+def test_empty_weight(backend, methods_of, make_randn, device):
+    ms = methods(backend, methods_of, device)
+    w = torch.empty(0, 8, dtype=BF16, device=device)
     expect_error(backend, ms, make_randn(4, 8), w, None, r"weight is empty")
-    x, w = torch.empty(4, 0, dtype=BF16), torch.empty(6, 0, dtype=BF16)
+    x = torch.empty(4, 0, dtype=BF16, device=device)
+    w = torch.empty(6, 0, dtype=BF16, device=device)
     expect_error(backend, ms, x, w, None, r"no features|empty")
 
 
 @pytest.mark.parametrize("k", [1, 3, 7, 65])
-def test_any_k_works_on_custom(own_backend, methods_of, check_oracle, make_randn, k):
-    """The custom kernel takes any K >= 1 (odd K: the packed k pairs are zero-padded)."""
+def test_any_k(own_backend, methods_of, check_oracle, make_randn, device, k):
+    """Any K >= 1 works (odd K: the custom CPU kernel zero-pads its packed k pairs; CUDA GEMMs
+    pad k and n to their multiples), within the oracle tolerance."""
     backend = own_backend
     x, w, bias = make_randn(5, k, scale=3.0), make_randn(9, k), make_randn(9)
-    for method in methods_of(backend, BF16, 5, k, 9):
+    for method in methods_of(backend, BF16, 5, k, 9, device=device):
         y = backend.runner(method, x, w, bias, CFG).run()
-        check_oracle(y, method, x, w, bias, CFG, what=f"{backend.name}/{method} k={k}")
+        check_oracle(
+            y, method, x, w, bias, CFG, what=f"{backend.name}/{method} k={k}", backend=backend
+        )

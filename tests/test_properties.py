@@ -1,5 +1,6 @@
-"""Property tests over shapes, dtypes, alpha and the outlier comparison: custom vs torch vs the
-float64 oracle (tolerance: conftest.py)."""
+"""Property tests over shapes, dtypes, alpha and the outlier comparison: every backend that
+declares the reference math and runs on CPU, against each other and the float64 oracle
+(tolerance: conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelbench.backends import get_backend
+from kernelbench.backends import all_backends
 from kernelbench.quant import QuantConfig
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -21,12 +22,12 @@ SETTINGS = settings(
 
 
 def backends_here():
-    out = []
-    for name in ("torch", "custom"):
-        b = get_backend(name)
-        if b.availability(torch.device("cpu")):
-            out.append(b)
-    return out
+    cpu = torch.device("cpu")
+    return [
+        b
+        for b in all_backends().values()
+        if b.numerics.reference and b.numerics.exact_int8 and b.availability(cpu)
+    ]
 
 
 @st.composite
@@ -67,30 +68,32 @@ def make(c, gen_randn, gen_outliers):
 
 @SETTINGS
 @given(c=cases())
-def test_custom_torch_oracle_agree(c, gen_randn, gen_outliers, check_oracle):
+def test_reference_backends_and_oracle_agree(c, gen_randn, gen_outliers, check_oracle):
     backends = backends_here()
     if len(backends) < 2:
-        pytest.skip("needs both torch and custom")
+        pytest.skip("needs two reference backends on CPU")
     x, w, bias = make(c, gen_randn, gen_outliers)
     cfg = QuantConfig(c["alpha"], c["cmp"], c["wmode"])
     outs = {}
     for b in backends:
         for method in ("int8_raw", "llm_int8"):
             y = b.runner(method, x, w, bias, cfg).run()
-            check_oracle(y, method, x, w, bias, cfg, what=f"{b.name}/{method} {c}")
+            check_oracle(y, method, x, w, bias, cfg, what=f"{b.name}/{method} {c}", backend=b)
             outs[b.name, method] = y
         pw = b.prepare_weight(w, bias, cfg)
         qa = b.quantize(x, pw, cfg)
         outs[b.name, "q"] = (qa.int8, qa.absmax, qa.outlier_cols, qa.outlier_values)
-    # the int8 product and the quantization are bit-identical between the two backends
-    assert torch.equal(outs["torch", "int8_raw"], outs["custom", "int8_raw"])
-    for a, b in zip(outs["torch", "q"], outs["custom", "q"], strict=True):
-        assert torch.equal(a, b)
-    # the layer outputs differ at most by fp32 summation order, then one output rounding
-    yt, yc = outs["torch", "llm_int8"].double(), outs["custom", "llm_int8"].double()
+    # the int8 product and the quantization are bit-identical between the backends; the layer
+    # outputs differ at most by fp32 summation order, then one output rounding
     u = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float32: 2.0**-20}[c["dtype"]]
     scale = (x.double().abs() @ w.double().abs().T) + (
         bias.double().abs() if bias is not None else 0
     )
+    first = backends[0].name
+    yt = outs[first, "llm_int8"].double()
     bound = u * yt.abs() + (c["k"] + 8) * 2.0**-23 * scale
-    assert ((yt - yc).abs() <= bound).all(), c
+    for other in (b.name for b in backends[1:]):
+        assert torch.equal(outs[first, "int8_raw"], outs[other, "int8_raw"]), (other, c)
+        for mine, theirs in zip(outs[first, "q"], outs[other, "q"], strict=True):
+            assert torch.equal(mine, theirs), (other, c)
+        assert ((yt - outs[other, "llm_int8"].double()).abs() <= bound).all(), (other, c)
