@@ -137,11 +137,31 @@ def git_commit(package_dir: Path | None = None) -> str | None:
     ``KERNELBENCH_GIT_COMMIT`` wins when set (scripts that installed the package from a checkout
     pass its commit). Otherwise only a source checkout counts: an installed package sitting
     inside some other git repository (a pyenv or a dotfiles tree) must not report that
-    repository's commit, so the repository must hold this very file as ``kernelbench/``."""
+    repository's commit, so the repository must hold this very file as ``kernelbench/``. An
+    installed package (no checkout) reports the commit its build recorded in ``BUILD_COMMIT_FILE``
+    (written by CMakeLists.txt when it was built from a checkout)."""
     pinned = os.environ.get("KERNELBENCH_GIT_COMMIT", "").strip()
     if pinned:
         return pinned
     here = (package_dir or Path(__file__).parent).resolve()
+    return _checkout_commit(here) or _build_commit(here)
+
+
+#: Written into the package at build time: the commit it was built from (empty: unknown).
+BUILD_COMMIT_FILE = "build_commit.txt"
+
+
+def _build_commit(package_dir: Path) -> str | None:
+    try:
+        text = (package_dir / BUILD_COMMIT_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    commit = text.removesuffix("-dirty")
+    ok = len(commit) == 40 and all(c in "0123456789abcdef" for c in commit)
+    return text if ok else None
+
+
+def _checkout_commit(here: Path) -> str | None:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--show-toplevel", "HEAD"],

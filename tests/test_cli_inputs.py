@@ -263,3 +263,17 @@ def test_help_is_light_and_plain():
     assert not flags, flags  # (typer draws its own --help that way)
     text = " ".join(result.output.replace("│", " ").split())
     assert "moved aside" in text and "quick: 0.3" in text, text
+
+
+def test_an_installed_package_reports_the_commit_it_was_built_from(tmp_path: Path, monkeypatch):
+    from kernelbench.env import BUILD_COMMIT_FILE, git_commit
+
+    monkeypatch.delenv("KERNELBENCH_GIT_COMMIT", raising=False)
+    package = tmp_path / "site-packages" / "kernelbench"
+    package.mkdir(parents=True)
+    assert git_commit(package) is None  # no checkout, no record
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (package / BUILD_COMMIT_FILE).write_text(commit + "-dirty\n")
+    assert git_commit(package) == commit + "-dirty"
+    (package / BUILD_COMMIT_FILE).write_text("\n")  # built from an sdist: unknown
+    assert git_commit(package) is None
