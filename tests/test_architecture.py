@@ -38,9 +38,13 @@ def imported_after(*modules: str) -> set[str]:
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
-def test_report_and_compare_do_not_import_torch():
-    loaded = imported_after("kernelbench.report", "kernelbench.compare", "kernelbench.core")
-    assert "kernelbench.report" in loaded and "kernelbench.compare" in loaded
+#: The readers of a run: they work where the benchmark's dependencies are not installed.
+READERS = ("kernelbench.report", "kernelbench.compare", "kernelbench.console", "kernelbench.merge")
+
+
+def test_readers_do_not_import_torch():
+    loaded = imported_after(*READERS, "kernelbench.core")
+    assert set(READERS) <= loaded
     assert "torch" not in loaded
     assert not {m for m in loaded if m.startswith("kernelbench.backends")}
 
