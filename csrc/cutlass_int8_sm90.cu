@@ -129,6 +129,12 @@ constexpr bool WithOutlierTree = std::is_same_v<typename Config::Tree, typename 
 template <class Config>
 void run_instance(const Problem& p) {
   using Gemm = typename Config::Gemm;
+  static thread_local InitializedGemm<Gemm> cached;
+  if (cached.valid && same_problem(cached.problem, p)) {
+    cutlass_check(cached.gemm.run(p.stream), "run");
+    check_cuda(cudaGetLastError(), "CUTLASS sm90 kernel launch");
+    return;
+  }
   using StrideA = typename Gemm::GemmKernel::StrideA;
   using StrideB = typename Gemm::GemmKernel::StrideB;
   using StrideD = typename Gemm::GemmKernel::StrideD;
@@ -158,15 +164,21 @@ void run_instance(const Problem& p) {
       {p.a, sa, p.b, sb},
       {tree, nullptr, sc, static_cast<ElementD*>(p.out), sd}};
 
-  Gemm gemm;
-  cutlass_check(gemm.can_implement(args), "can_implement");
+  cutlass_check(cached.gemm.can_implement(args), "can_implement");
+  cached.valid = false;
+  if (cached.workspace) {
+    check_cuda(cudaFreeAsync(cached.workspace, cached.workspace_stream), "cudaFreeAsync(workspace)");
+    cached.workspace = nullptr;
+  }
   const size_t ws_bytes = Gemm::get_workspace_size(args);
-  void* ws = nullptr;
-  if (ws_bytes) check_cuda(cudaMallocAsync(&ws, ws_bytes, p.stream), "cudaMallocAsync(workspace)");
-  cutlass::Status st = gemm.initialize(args, ws, p.stream);
-  if (st == cutlass::Status::kSuccess) st = gemm.run(p.stream);
-  if (ws) check_cuda(cudaFreeAsync(ws, p.stream), "cudaFreeAsync(workspace)");
-  cutlass_check(st, "initialize/run");
+  if (ws_bytes) {
+    check_cuda(cudaMallocAsync(&cached.workspace, ws_bytes, p.stream), "cudaMallocAsync(workspace)");
+    cached.workspace_stream = p.stream;
+  }
+  cutlass_check(cached.gemm.initialize(args, cached.workspace, p.stream), "initialize");
+  cached.problem = p;
+  cached.valid = true;
+  cutlass_check(cached.gemm.run(p.stream), "run");
   check_cuda(cudaGetLastError(), "CUTLASS sm90 kernel launch");
 }
 

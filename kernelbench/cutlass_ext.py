@@ -29,7 +29,9 @@ machine: dtype, rank, contiguity, shapes, sizes, alignment, device, then the ext
 * all tensors on one CUDA device, of compute capability 8.x or 9.0.
 
 Streams: the launch is enqueued on ``torch.cuda.current_stream(device)``; sm90 kernels that ask
-for a workspace get it from ``cudaMallocAsync`` on that stream. No host sync.
+for a workspace get it from ``cudaMallocAsync`` on that stream. No host sync. Each instance keeps
+its last initialized kernel per host thread: a call with the same pointers, sizes and stream only
+launches it (no parameter or TMA descriptor rebuild, no ``cudaFuncSetAttribute``).
 """
 
 from __future__ import annotations
