@@ -10,8 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from kernelbench import cpu_ext, oracle
-from kernelbench.backends import METHODS, all_backends, get_backend
+from kernelbench.backends import all_backends, get_backend
 from kernelbench.cli import app
+from kernelbench.core import METHODS
 from kernelbench.quant import QuantConfig
 
 BF16 = torch.bfloat16

@@ -19,10 +19,8 @@ from functools import cache
 import torch
 
 from kernelbench.backends.base import Availability, Backend, Runner
-from kernelbench.core import METHODS
 
 __all__ = [
-    "METHODS",
     "REGISTRY",
     "Availability",
     "Backend",
