@@ -227,3 +227,32 @@ def test_the_outlier_test_has_one_encoding():
     assert outlier_columns(x, 6.0, ">").tolist() == [2]
     with pytest.raises(ValueError, match="outlier_cmp must be"):
         QuantConfig(6.0, "=>")
+
+
+def test_rows_reach_every_reader(tmp_path, row_factory):
+    """Rows written as the harness writes them are read by show, report and compare alike
+    (the end of the pipeline, without torch backends in the loop)."""
+    from rich.console import Console
+
+    from kernelbench.compare import compare_runs
+    from kernelbench.console import print_tables
+    from kernelbench.report import write_report
+    from kernelbench.results import ResultsWriter
+    from kernelbench.view import load_view
+
+    writer = ResultsWriter(tmp_path)
+    for row in (
+        row_factory("fp16", "torch", median_ms=2.0, baseline_ms=2.0),
+        row_factory("llm_int8", "custom", median_ms=1.0, baseline_ms=2.0),
+        row_factory("vectorwise", "torchao", status="skipped"),
+    ):
+        writer.append(row)
+    view = load_view(tmp_path)
+    assert set(view["method"]) == {"fp16", "llm_int8", "vectorwise"}
+    llm = view[view["method"] == "llm_int8"].iloc[0]
+    assert llm["speedup"] == pytest.approx(2.0)
+    console = Console(record=True, width=200)
+    print_tables(view, console)
+    assert "llm_int8" in console.export_text()
+    assert "llm_int8" in write_report([tmp_path]).read_text()
+    assert compare_runs(tmp_path, tmp_path).exit_code == 0
