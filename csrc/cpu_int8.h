@@ -51,6 +51,11 @@ inline float quant_scale(float amax) {
   return amax > 0.f ? 127.f / (amax * quant_prescale(amax)) : 0.f;
 }
 
+// Passes over fewer elements than this (a decode step's activations) run on the calling thread:
+// an OpenMP team costs a fork and a barrier, and on a busy machine a barrier waits for a
+// descheduled thread.
+constexpr int64_t kSerialElems = int64_t{1} << 16;
+
 struct DequantArgs {
   const float* row_absmax;   // (m,)
   const float* col_absmax;   // (n,)

@@ -114,7 +114,7 @@ bool detect_impl(const void* x, int64_t m, int64_t k, float alpha, bool ge, uint
   const int nt = std::max(1, omp_get_max_threads());
   std::vector<float> colmax(static_cast<size_t>(nt) * k, 0.f);
   int bad_any = 0;
-#pragma omp parallel num_threads(nt) reduction(| : bad_any)
+#pragma omp parallel num_threads(nt) reduction(| : bad_any) if (m * k > kSerialElems)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     float* cm = colmax.data() + static_cast<size_t>(t) * k;
@@ -166,7 +166,7 @@ bool quantize_impl(const void* x, int64_t m, int64_t k, const uint8_t* mask, con
   const float* keepf = reinterpret_cast<const float*>(keep.data());
   const size_t es = D == DType::F32 ? 4 : 2;
   int bad_any = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad_any)
+#pragma omp parallel for schedule(static) reduction(| : bad_any) if (m * k > kSerialElems)
   for (int64_t r = 0; r < m; ++r) {
     const int64_t base = r * k;
     __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();

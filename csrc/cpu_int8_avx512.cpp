@@ -133,7 +133,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int64_t kq = (k + 3) / 4, blocks = (m + kMR - 1) / kMR;
   const int64_t block_bytes = kq * kQuadBytes;
   std::vector<uint8_t> ap(static_cast<size_t>(blocks * block_bytes));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * k > kSerialElems)
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* dst = ap.data() + b * block_bytes;
     for (int r = 0; r < kMR; ++r) {

@@ -188,6 +188,22 @@ def test_kernel_sets_quantize_tiny_rows_bit_for_bit(gen, isa_restored, dtype):
         assert torch.equal(amax, ref.absmax), isa
 
 
+@pytest.mark.parametrize("m", [1, 70])  # m * k below and above kSerialElems (2^16)
+def test_kernel_sets_detect_and_quantize_like_the_reference(gen, isa_restored, make_outliers, m):
+    x, dims = make_outliers(m, 1001, n_outlier_dims=5)
+    cfg = QuantConfig()
+    ref_cols = quant.outlier_columns(x, cfg.alpha, cfg.outlier_cmp)
+    ref = quant.quantize_activation(x, ref_cols)
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        mask = cpu_ext.detect_outliers(x, cfg.alpha, False)
+        cols = mask.nonzero().flatten()
+        q, amax, vals = cpu_ext.quantize_rows(x, mask, cols)
+        assert torch.equal(cols, ref_cols), isa
+        assert torch.equal(q, ref.int8) and torch.equal(amax, ref.absmax), isa
+        assert torch.equal(vals, ref.outlier_values), isa
+
+
 # --- the packed layout -------------------------------------------------------------------------
 
 
@@ -220,8 +236,16 @@ def test_kernel_set_is_named_and_checked(isa_restored):
 # --- the GEMM with the dequantization fused into it --------------------------------------------
 
 # m around the 6- and 12-row tiles, k around the 512 / 2048 k blocks (partial sums kept across
-# blocks), n around the 16-column panels and the 8-panel chunks.
-FUSED_SHAPES = [(1, 1, 1), (7, 33, 17), (13, 513, 129), (25, 2050, 130), (3, 4099, 31)]
+# blocks), n around the 16-column panels and the 8-panel chunks; m * k on both sides of
+# kSerialElems (2^16: smaller passes run on the calling thread).
+FUSED_SHAPES = [
+    (1, 1, 1),
+    (7, 33, 17),
+    (13, 513, 129),
+    (25, 2050, 130),
+    (3, 4099, 31),
+    (37, 2051, 40),
+]
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32, torch.float16])
