@@ -277,3 +277,14 @@ def test_an_installed_package_reports_the_commit_it_was_built_from(tmp_path: Pat
     assert git_commit(package) == commit + "-dirty"
     (package / BUILD_COMMIT_FILE).write_text("\n")  # built from an sdist: unknown
     assert git_commit(package) is None
+
+
+def test_explicit_flags_win_over_a_profile():
+    from kernelbench.profiles import resolve
+
+    quick = resolve("quick")
+    assert quick.rounds == 1 and quick.error_rows == 256 and quick.sizes == (768, 1024, 2048)
+    mine = resolve("quick", error_rows=512, rounds=3, sizes=(4096,))
+    assert mine.error_rows == 512 and mine.rounds == 3 and mine.sizes == (4096,)
+    assert mine.budget_s == quick.budget_s  # what was not given comes from the profile
+    assert resolve("default").rounds == 3
