@@ -273,6 +273,7 @@ def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: 
     estimated cost and names the row timed next."""
     remaining = _planned_rows(prep, items, done, cost)
     spent = progress.tasks[0].completed if progress.tasks else 0.0
+    progress.update(task, description=escape(_next_label(remaining)))
     for item, row in prep.runner.run(items, prep.case, prep.opts, done):
         writer.append(row)
         count[0] += 1
@@ -280,11 +281,19 @@ def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: 
         spent += remaining.pop((item, pair), (0.0, 0.0, False))[0]
         cost.record(pair, float(row.flops or 0.0), row.median_ms)
         left = sum(cost.cost(p, f, ok) for (_, p), (_, f, ok) in remaining.items())
-        nxt = next(iter(remaining), None)
-        label = f"timing {nxt[0].label} {nxt[1][0]}/{nxt[1][1]}" if nxt else "finishing"
         progress.update(
-            task, completed=spent, total=spent + left, rows=count[0], description=escape(label)
+            task,
+            completed=spent,
+            total=spent + left,
+            rows=count[0],
+            description=escape(_next_label(remaining)),
         )
+
+
+def _next_label(remaining: dict) -> str:
+    """The row the executor measures next (rows come back in planned order)."""
+    nxt = next(iter(remaining), None)
+    return f"timing {nxt[0].label} {nxt[1][0]}/{nxt[1][1]}" if nxt else "finishing"
 
 
 def _planned_rows(prep: _Prepared, items, done: set, cost) -> dict:
