@@ -68,6 +68,12 @@ class CustomBackend(Backend):
             return _CUDA.supports(dtype, m, k, n)
         return avail
 
+    def runner(self, method, x, weight, bias, cfg, kept_rows=None):
+        r = super().runner(method, x, weight, bias, cfg, kept_rows)
+        if self._is_cuda(x):  # the padded shape the cuBLASLt GEMM multiplies, if padded
+            r.variant = _CUDA.padded_shape(weight.shape[1], weight.shape[0]).describe()
+        return r
+
     def _is_cuda(self, t: torch.Tensor) -> bool:
         return t.device.type == "cuda"
 
@@ -75,7 +81,9 @@ class CustomBackend(Backend):
         check_weight(weight, bias)
         pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
         if self._is_cuda(weight):
-            return pw  # int8 (n, k) row-major is the layout the cuBLASLt "TN" GEMM reads
+            # int8 (n, k) row-major is the layout the cuBLASLt "TN" GEMM reads (zero-padded to
+            # multiples of 16 where needed)
+            return _CUDA.prepare(pw)
         return PackedWeight.extend(
             pw,
             int8=None,  # the packed copy is the only one kept: one byte per weight
