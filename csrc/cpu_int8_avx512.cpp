@@ -108,6 +108,50 @@ void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
 #undef KB_STORE
 #undef KB_QUAD
 
+// The one-row tile (a decode step). With one accumulator per panel, each vpdpbusd would wait
+// for the previous one (latency, not throughput, bound), so four accumulators per panel take
+// quads in turn and are summed at the end (int32 addition: exact, any order).
+template <int NP>
+void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, int64_t nq,
+                      bool half, const __m512i* comp, int32_t* c, int64_t ldc, int last_cols,
+                      bool accumulate) {
+  (void)ldc;
+  const __m512i idx = pair_interleave();
+  const __m512i z = _mm512_setzero_si512();
+  __m512i s00 = z, s01 = z, s02 = z, s03 = z, s10 = z, s11 = z, s12 = z, s13 = z;
+  const int8_t* bp1 = bp + panel_bytes;
+#define KB_ROW_QUAD(u, S0, S1)                                                           \
+  {                                                                                      \
+    const __m512i av = _mm512_set1_epi32(load4(a + (q + u) * kQuadBytes));               \
+    dpbusd(S0, av, _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(bp + (q + u) * 64))); \
+    if constexpr (NP > 1)                                                                \
+      dpbusd(S1, av, _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(bp1 + (q + u) * 64))); \
+  }
+  int64_t q = 0;
+  for (; q + 4 <= nq; q += 4) {
+    KB_ROW_QUAD(0, s00, s10)
+    KB_ROW_QUAD(1, s01, s11)
+    KB_ROW_QUAD(2, s02, s12)
+    KB_ROW_QUAD(3, s03, s13)
+  }
+  for (; q < nq; ++q) KB_ROW_QUAD(0, s00, s10)
+#undef KB_ROW_QUAD
+  if (half) {  // the last quad has only its first pair
+    const __mmask64 lm = 0xffffffffull;
+    const __m512i av = _mm512_set1_epi32(load4(a + nq * kQuadBytes));
+    dpbusd(s01, av, _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(lm, bp + nq * 64)));
+    if constexpr (NP > 1)
+      dpbusd(s11, av, _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(lm, bp1 + nq * 64)));
+  }
+  const __mmask16 full = 0xffff, last_mask = static_cast<__mmask16>((1u << last_cols) - 1u);
+  const __m512i t0 = _mm512_add_epi32(_mm512_add_epi32(s00, s01), _mm512_add_epi32(s02, s03));
+  store16(c, t0, comp[0], NP == 1 ? last_mask : full, accumulate);
+  if constexpr (NP > 1) {
+    const __m512i t1 = _mm512_add_epi32(_mm512_add_epi32(s10, s11), _mm512_add_epi32(s12, s13));
+    store16(c + 16, t1, comp[1], last_mask, accumulate);
+  }
+}
+
 using KernelFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, bool,
                           const __m512i*, int32_t*, int64_t, int, bool);
 
@@ -186,7 +230,9 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           for (int64_t p = pc0; p < pc1; p += 2) {
             const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
             const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
-            const KernelFn f = np == 2 ? kKernels2[R - 1] : kKernels1[R - 1];
+            const KernelFn f = R == 1    ? (np == 2 ? micro_kernel_row<2> : micro_kernel_row<1>)
+                               : np == 2 ? kKernels2[R - 1]
+                                         : kKernels1[R - 1];
             f(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
               block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
               tile + (ep ? (p - pc0) * 16 : p * 16), ldc, last_cols, k0 > 0);
