@@ -1,4 +1,4 @@
-"""The ``ray`` executor: one Ray task per work item (cell), on a Ray cluster (issue 9).
+"""The ``ray`` executor: one Ray task per work item (cell), on a Ray cluster.
 
 A task owns its device while it times: ``num_gpus=1`` for CUDA sweeps, and for CPU sweeps
 ``num_cpus`` = the CPU count of the smallest node, with at most one task in flight per node
