@@ -179,7 +179,9 @@ def test_verification_evidence_names_files_that_exist():
             assert paths, f"{name} on {device}: no report or test named in {evidence!r}"
             for p in paths:
                 assert (ROOT / p).exists(), f"{name} on {device}: {p} does not exist"
-        assert backend.verification("cuda") == backend.verified.get("cuda", "unverified")
+        for device in ("cpu", "cuda"):
+            said = backend.verification(device)
+            assert said.startswith("verified: ") == (device in backend.verified), (name, said)
 
 
 def test_cli_list_shows_verification():

@@ -156,8 +156,9 @@ class Backend:
     numerics: ClassVar[Numerics] = Numerics()
 
     def verification(self, device: torch.device | str) -> str:
-        """The evidence for ``device``'s type, or ``"unverified"``."""
-        return self.verified.get(torch.device(device).type, "unverified")
+        """``"verified: <evidence>"`` for ``device``'s type, or ``"unverified"``."""
+        evidence = self.verified.get(torch.device(device).type)
+        return f"verified: {evidence}" if evidence else "unverified"
 
     # --- availability ----------------------------------------------------------------------
 
