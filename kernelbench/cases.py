@@ -19,6 +19,9 @@ Distributions:
 from __future__ import annotations
 
 import hashlib
+import math
+import pickle
+import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -38,6 +41,9 @@ class Size:
     label: str
     d_model: int
     outliers: str  # key into the case's outlier_stats
+    #: Explicit (layer, k, n) of this size (gated FFNs, grouped-query attention); empty: the
+    #: case's layers as multiples of d.
+    layers: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,10 +74,23 @@ class Case:
         known = ", ".join(str(s.d_model) for s in self.sizes)
         raise InputError(f"case {self.name!r} has no model dimension {d_model}; known: {known}")
 
+    def layer_names(self, d_model: int) -> tuple[str, ...]:
+        """The layers of one transformer block of this size, in the block's order."""
+        explicit = self.size(d_model).layers
+        return tuple(name for name, _, _ in explicit) if explicit else tuple(self.layers)
+
     def shape(self, layer: str, d_model: int) -> tuple[int, int]:
         """(k, n) of ``layer`` at model dimension ``d_model``."""
+        explicit = {name: (k, n) for name, k, n in self.size(d_model).layers}
+        if explicit:
+            if layer not in explicit:
+                raise InputError(
+                    f"unknown layer {layer!r} for {self.name} d={d_model}; known: "
+                    f"{', '.join(explicit)}, all"
+                )
+            return explicit[layer]
         if layer not in self.layers:
-            raise InputError(f"unknown layer {layer!r}; known: {', '.join(self.layers)}")
+            raise InputError(f"unknown layer {layer!r}; known: {', '.join(self.layers)}, all")
         km, nm = self.layers[layer]
         return km * d_model, nm * d_model
 
@@ -83,11 +102,12 @@ class Case:
 
 
 def cases_dir() -> Path:
-    """The copy of ``cases/`` installed inside the package, else a source checkout's."""
-    packaged = Path(str(resources.files("kernelbench") / "cases"))
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "cases"
+    """A source checkout's ``cases/`` (an editable install runs from one), else the copy
+    installed inside the package."""
+    checkout = Path(__file__).resolve().parent.parent / "cases"
+    if (checkout / "gpt3.toml").is_file():
+        return checkout
+    return Path(str(resources.files("kernelbench") / "cases"))
 
 
 def load_case(name_or_path: str) -> Case:
@@ -103,10 +123,16 @@ def load_case(name_or_path: str) -> Case:
         description=data.get("description", ""),
         seed=int(data["seed"]),
         sizes=tuple(
-            Size(s["name"], s.get("label", s["name"]), int(s["d_model"]), s["outliers"])
+            Size(
+                s["name"],
+                s.get("label", s["name"]),
+                int(s["d_model"]),
+                s["outliers"],
+                tuple((name, int(v["k"]), int(v["n"])) for name, v in s.get("layers", {}).items()),
+            )
             for s in data["sizes"]
         ),
-        layers={k: (int(v["k"]), int(v["n"])) for k, v in data["layers"].items()},
+        layers={k: (int(v["k"]), int(v["n"])) for k, v in data.get("layers", {}).items()},
         default_layer=data["default_layer"],
         default_tokens=tuple(int(t) for t in data["default_tokens"]),
         default_dist=data["default_dist"],
@@ -117,13 +143,25 @@ def load_case(name_or_path: str) -> Case:
                 float(v["positions"]),
                 tuple(float(q) for q in v["quartiles"]),
             )
-            for k, v in data.get("outlier_stats", {}).items()
+            for k, v in _outlier_stats_table(data, path).items()
         },
         paper_speedup={
             method: {int(d): float(s) for d, s in cells.items()}
             for method, cells in data.get("paper_speedup", {}).items()
         },
     )
+
+
+def _outlier_stats_table(data: dict, path: Path) -> dict:
+    """The case's App. C statistics, or those of the case it names in ``outlier_stats_from``
+    (model families share the paper's one table)."""
+    source = data.get("outlier_stats_from")
+    if source is None:
+        return data.get("outlier_stats", {})
+    other = path.parent / f"{source}.toml"
+    if not other.exists():
+        raise InputError(f"{path}: outlier_stats_from = {source!r}, but {other} does not exist")
+    return tomllib.loads(other.read_text(encoding="utf-8")).get("outlier_stats", {})
 
 
 def cell_seed(case: Case, d_model: int, layer: str, tokens: int, dist: str) -> int:
@@ -168,18 +206,15 @@ def outlier_activations(
 
 def load_activation_file(path: Path) -> torch.Tensor:
     """A user's activations as a float32 (tokens, d) tensor. Data only: ``weights_only`` for
-    ``.pt``, ``allow_pickle=False`` for ``.npy``."""
+    ``.pt``, ``allow_pickle=False`` for ``.npy`` (whose header is checked against the file's
+    size before anything is allocated); every bad file is an :class:`InputError`."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"activation file {path} does not exist")
+    if not path.is_file():
+        raise InputError(f"activation file {path} does not exist or is not a file")
     if path.suffix == ".npy":
-        arr = np.load(path, allow_pickle=False)
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        t = torch.from_numpy(np.ascontiguousarray(_load_npy(path)))
     elif path.suffix in (".pt", ".pth"):
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(obj, torch.Tensor):
-            raise InputError(f"{path} must hold one tensor, found {type(obj).__name__}")
-        t = obj
+        t = _load_pt(path)
     else:
         raise InputError(f"activation file must be .pt or .npy, got {path.suffix!r}")
     if t.dim() < 2 or t.numel() == 0:
@@ -193,6 +228,50 @@ def load_activation_file(path: Path) -> torch.Tensor:
     if not bool(torch.isfinite(t).all()):
         raise InputError(f"activations in {path} contain NaN/Inf")
     return t
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        with path.open("rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f".npy format version {version} (1.0 and 2.0 are read)")
+            read_header = getattr(np.lib.format, f"read_array_header_{version[0]}_0")
+            shape, _, dtype = read_header(fh)
+            offset = fh.tell()
+    except (ValueError, OSError, SyntaxError) as exc:
+        raise InputError(f"{path} is not a .npy array file ({exc})") from None
+    if dtype.hasobject:
+        raise InputError(f"{path} holds Python objects, not numbers (refused: data only)")
+    need = math.prod(shape) * dtype.itemsize
+    have = path.stat().st_size - offset
+    if need > have:
+        raise InputError(
+            f"{path}: its header claims shape {shape} ({need} bytes of {dtype}), "
+            f"the file holds {have} bytes"
+        )
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, MemoryError) as exc:
+        raise InputError(f"{path} is not a readable .npy array ({exc})") from None
+
+
+def _load_pt(path: Path) -> torch.Tensor:
+    if not zipfile.is_zipfile(path):  # torch.save has written zip archives since torch 1.6
+        raise InputError(f"{path} is not a torch tensor file (torch.save writes a zip archive)")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError:
+        raise InputError(
+            f"{path} holds pickled Python objects, not only tensors; refused (a file from a user "
+            "is read as data). Save a plain tensor: torch.save(tensor, path)"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, MemoryError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{path} is not a readable torch tensor file ({first})") from None
+    if not isinstance(obj, torch.Tensor):
+        raise InputError(f"{path} must hold one tensor, found {type(obj).__name__}")
+    return obj
 
 
 @dataclass

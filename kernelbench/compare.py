@@ -10,23 +10,10 @@ baseline was measured beside the row, on the same inputs. When either run lacks 
 ``speedup`` the raw ``median_ms`` is compared instead, and the row's detail says so. The change is
 the relative growth of the row's (normalised) time: ``+0.20`` is 20% slower.
 
-Noise band. A row is ``slower`` only when its change exceeds *both* ``speed_tol`` and the two runs'
-measured spread combined; ``faster`` is the mirror image. Each run's spread is the row's
-``rel_spread`` (IQR / median), combined in quadrature with the 16-bit baseline row's ``rel_spread``
-when the comparison goes through ``speedup`` (a ratio carries the noise of both times). A ``paired``
-row (timed in alternation with its baseline, so that its ``speedup`` is two medians over the same
-seconds) brings the spread of its pairs' ratios instead. The two runs' spreads are then combined in
-quadrature too, ``sqrt(a**2 + b**2)``: the runs are independent measurements, and independent
-relative errors of a ratio add in quadrature to first order. The linear sum ``a + b`` is the worst
-case bound and would widen the band by up to ~41% for equal spreads, hiding real regressions;
-quadrature is still conservative here because IQR / median measures the spread of single samples,
-several times the uncertainty of a median of many samples. A spread from fewer than
-:data:`MIN_SPREAD_SAMPLES` samples (or a missing ``rel_spread`` or baseline row) is not a
-measurement: it adds nothing to the band, and a row whose change goes beyond the tolerance while a
-spread is unmeasured is ``unknown`` (reported, with the reason), not ``slower``: noise cannot be
-ruled out. A row pooled from R runs (``rounds``, made by ``kernelbench merge``) enters with
-``rel_spread / sqrt(R)``: its spread is then one between independent runs, and the median of R such
-draws is known that much better (see ``_spread``).
+Noise band. The speed verdict is :func:`kernelbench.verdict.speed_verdict`, the same function
+the HTML A/B report uses: a row is ``slower`` only beyond both ``speed_tol`` and the two runs'
+noise (each speedup's 95% interval where it has one), and ``unknown`` when the noise was not
+measured. Rows of one key (a run's rounds) are pooled first (:func:`kernelbench.merge.pool_rows`).
 
 Error. ``rel_error`` is deterministic for fixed seeds and the same device class, so any growth
 beyond ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``.
@@ -43,11 +30,15 @@ Exit codes (:attr:`Comparison.exit_code`): 0 no regression, 1 regression, 2 unus
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kernelbench.core import BASELINE, SkipKind
+from kernelbench.merge import pool_rows
 from kernelbench.results import (
     ENV_FILE,
     KEY_COLUMNS,
@@ -55,8 +46,9 @@ from kernelbench.results import (
     RESULTS_FILE,
     SCHEMA_VERSION,
     SchemaError,
+    read_run_rows,
 )
-from kernelbench.results import read_rows as _read_rows
+from kernelbench.verdict import MIN_SPREAD_SAMPLES, speed_verdict  # noqa: F401
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
 #: deterministic, so for fixed seeds and one device class ``rel_error`` repeats bit for bit; the
@@ -67,12 +59,6 @@ from kernelbench.results import read_rows as _read_rows
 #: orders of magnitude more.
 ERROR_EPS = 1e-9
 
-#: The run's 16-bit baseline row (whose spread enters the band of ``speedup`` comparisons).
-BASELINE_BACKEND, BASELINE_METHOD = "torch", "fp16"
-
-#: Fewer timed samples than this give no usable spread (1 sample: IQR 0; 2: half their gap),
-#: so a speed change beyond the tolerance on such rows is ``unknown``, not ``slower``.
-MIN_SPREAD_SAMPLES = 3
 
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 REGRESSIONS = ("failed", "error-worse", "slower")
@@ -168,25 +154,13 @@ def _check_row(path: Path, i: int, row: dict) -> None:
 
 
 def load_run(path: Path) -> LoadedRun:
-    """Rows keyed by KEY_COLUMNS (the last row of a key wins: ``--resume`` appends retries)."""
+    """One pooled row per key (the rounds of a run, and ``--resume`` retries, pooled)."""
     path = Path(path)
     results = _results_path(path)
-    if not results.is_file():
-        raise SchemaError(f"{results}: no such file")
-    try:
-        text = results.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"{results}: unreadable ({exc})") from None
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        raise SchemaError(f"{results}: empty (no result rows)")
-    rows = _read_rows(results)
-    if len(rows) != len(lines):  # read_rows forgives a torn last line; a gate does not
-        raise SchemaError(f"{results}: the last line is not JSON (an interrupted run?)")
-    keyed: dict[tuple, dict] = {}
+    rows = read_run_rows(results, strict=True).rows  # a gate reads complete runs only
     for i, row in enumerate(rows, 1):
         _check_row(results, i, row)
-        keyed[tuple(row[c] for c in KEY_COLUMNS)] = row
+    keyed = {tuple(r.key()): dataclasses.asdict(r) for r in pool_rows(rows)}
     env_path = results.parent / ENV_FILE
     env: dict = {}
     if env_path.exists():
@@ -213,84 +187,19 @@ def _label(row: dict) -> str:
     )
 
 
-def _spread(row: dict | None, field: str = "rel_spread") -> float | None:
-    """The row's measured noise: ``row[field] / sqrt(rounds)``; ``None`` when it was not
-    measured: no row, not ok, no ``field``, or fewer than :data:`MIN_SPREAD_SAMPLES` samples (one
-    sample has IQR 0). ``field`` is ``paired_rel_spread`` for a paired row's ``speedup``: the
-    spread of its pairs' ratios (both times of a pair saw the same machine).
-
-    ``rounds`` > 1 for a row pooled from several runs (``kernelbench merge``): its spread then
-    spans the drift between runs, which are independent draws of the machine's state, and the
-    pooled median's uncertainty shrinks as ``1 / sqrt(rounds)`` of that spread (standard error of
-    a median of R draws ~ 0.93 * IQR / sqrt(R)). Samples within one run are not independent (the
-    drift is slow), so a single run's spread is never divided."""
-    if row is None or row["status"] != "ok" or row.get(field) is None:
-        return None
-    if row.get("samples", 0) < MIN_SPREAD_SAMPLES:
-        return None
-    return row[field] / math.sqrt(max(1, int(row.get("rounds") or 1)))
-
-
-def _run_noise(run: LoadedRun, row: dict, via_speedup: bool) -> list[float | None]:
-    """The spreads that make up one run's noise on the compared metric: a paired row's pair
-    ratios; else the row's own spread, and for a ``speedup`` ratio that of the run's 16-bit
-    baseline row of the same cell (unless the row is that baseline)."""
-    if via_speedup and row.get("paired"):
-        return [_spread(row, "paired_rel_spread")]
-    if not via_speedup or (row["backend"], row["method"]) == (BASELINE_BACKEND, BASELINE_METHOD):
-        return [_spread(row)]
-    swap = {"backend": BASELINE_BACKEND, "method": BASELINE_METHOD}
-    baseline = run.rows.get(tuple(swap.get(c, row[c]) for c in KEY_COLUMNS))
-    return [_spread(row), _spread(baseline)]
-
-
-def _positive(v) -> bool:
-    return v is not None and v > 0
-
-
-def _speedup(row: dict) -> float | None:
-    """baseline_ms / median_ms, derived from the measured times (not the stored ``speedup``,
-    which an edited or partially written row may no longer agree with)."""
-    if _positive(row.get("baseline_ms")) and _positive(row.get("median_ms")):
-        return row["baseline_ms"] / row["median_ms"]
-    return None
+def _baseline_row(run: LoadedRun, row: dict) -> dict | None:
+    swap = {"backend": BASELINE[0], "method": BASELINE[1]}
+    return run.rows.get(tuple(swap.get(c, row[c]) for c in KEY_COLUMNS))
 
 
 def _speed(
     rc: RowComparison, b: dict, n: dict, base: LoadedRun, new: LoadedRun, tol: float
 ) -> None:
-    """Fill the speed fields of ``rc`` and set its verdict to faster / slower / same / unknown."""
-    notes = []
-    sb, sn = _speedup(b), _speedup(n)
-    via_speedup = sb is not None and sn is not None
-    if via_speedup:
-        rc.metric, rc.base_value, rc.new_value = "speedup", sb, sn
-        rc.change = sb / sn - 1.0
-    elif _positive(b.get("median_ms")) and _positive(n.get("median_ms")):
-        rc.metric, rc.base_value, rc.new_value = "median_ms", b["median_ms"], n["median_ms"]
-        rc.change = n["median_ms"] / b["median_ms"] - 1.0
-        notes.append("no 16-bit baseline speedup: compared raw median_ms (machine speed included)")
-    else:
-        rc.verdict, rc.detail = "unknown", "no timing to compare"
-        return
-    spreads = _run_noise(base, b, via_speedup) + _run_noise(new, n, via_speedup)
-    rc.noise = math.sqrt(sum((s or 0.0) ** 2 for s in spreads))
-    rc.band = max(tol, rc.noise)
-    speed_gain = 1.0 / (1.0 + rc.change) - 1.0  # relative growth of speed
-    if rc.change > rc.band:
-        rc.verdict = "slower"
-    elif speed_gain > rc.band:
-        rc.verdict = "faster"
-    else:
-        rc.verdict = "same"
-    unmeasured = sum(s is None for s in spreads)
-    if unmeasured and rc.verdict != "same":
-        notes.append(
-            f"{rc.verdict} beyond the tolerance, but {unmeasured} of {len(spreads)} spreads were "
-            f"not measured (< {MIN_SPREAD_SAMPLES} samples or no row): noise cannot be ruled out"
-        )
-        rc.verdict = "unknown"
-    rc.detail = "; ".join(notes)
+    """Fill the speed fields of ``rc`` from :func:`kernelbench.verdict.speed_verdict`."""
+    call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n))
+    rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
+    rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change
+    rc.noise, rc.band = call.noise, call.band
 
 
 def _error(rc: RowComparison, b: dict, n: dict, tol: float) -> None:
@@ -314,7 +223,7 @@ def _compare_row(key: tuple, base: LoadedRun, new: LoadedRun, speed_tol: float, 
         return rc
     if b["status"] != "ok" or n["status"] != "ok":
         if b["status"] == "ok":  # and NEW is not
-            over_budget = str(n.get("reason", "")).startswith("over budget")
+            over_budget = n.get("skip_kind") == SkipKind.OVER_BUDGET.value
             # A row that ran and now does not (a backend that stopped building, a method that
             # stopped applying) is a regression; a budget skip depends on timing noise.
             rc.verdict = "failed" if n["status"] == "failed" or not over_budget else "unknown"
@@ -372,7 +281,7 @@ def compare_loaded_runs(
         return cmp
     for run in (b_run, n_run):
         if run.duplicates:
-            cmp.notes.append(f"{run.path}: {run.duplicates} repeated key(s); the last row counts")
+            cmp.notes.append(f"{run.path}: {run.duplicates} row(s) of repeated keys pooled")
     commits = [r.env.get("git_commit") for r in (b_run, n_run)]
     if all(commits):
         cmp.notes.append(f"git commits: base {commits[0]}, new {commits[1]}")
@@ -468,14 +377,19 @@ def _text(c: Comparison) -> str:
 
 def _markdown(c: Comparison) -> str:
     def md(row: list[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+        return "| " + " | ".join(_md_text(cell).replace("|", "\\|") for cell in row) + " |"
 
     out = [f"### kernelbench compare: {_summary(c)}", "", f"base `{c.base}` · new `{c.new}`", ""]
     rows, notes = _shown(c)
     if rows:
         out += [md(_HEADER), "|" + "---|" * len(_HEADER)] + [md(_cells(r)) for r in rows] + [""]
-    out += [f"- {n}" for n in notes]
+    out += [f"- {_md_text(n)}" for n in notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _md_text(text: str) -> str:
+    """Data as markdown text: HTML in a name or reason is shown, never rendered."""
+    return html.escape(str(text), quote=False)
 
 
 def _json(c: Comparison) -> str:

@@ -138,7 +138,7 @@ def test_measure_cell_rows_have_baselines_errors_and_memory():
     for key in (("custom", "int8_raw"), ("custom", "llm_int8"), ("torch", "llm_int8")):
         r = by[key]
         assert r.status == "ok", r.reason
-        assert r.speedup == pytest.approx(r.baseline_ms / r.median_ms)
+        assert r.speedup > 0 and r.baseline_ms > 0  # median of paired ratios (checked below)
         assert r.samples >= 1 and len(r.raw_ms) == r.samples
         assert r.weight_bytes < r.weight_bytes_16bit
     assert by[("custom", "int8_raw")].rel_error == 0.0  # exact integer product

@@ -23,7 +23,7 @@ import pytest
 from kernelbench.cases import load_case
 from kernelbench.executors import get_executor
 from kernelbench.harness import RunOptions, plan
-from kernelbench.timing import TimerSettings
+from kernelbench.measure import TimerSettings
 
 try:
     import ray
@@ -53,7 +53,7 @@ needs_ray = pytest.mark.skipif(
     "(scripts/run_isolated.sh pytest -q; CI does this)",
 )
 
-FAST = TimerSettings(budget_s=0.05, warmup_s=0.0, min_samples=1, noise_window=3)
+FAST = TimerSettings(budget_s=0.05, warmup_s=0.0, min_samples=1)
 
 
 def _opts(tokens=(16,)) -> RunOptions:
@@ -65,8 +65,9 @@ def _opts(tokens=(16,)) -> RunOptions:
         methods=("fp16", "int8_raw", "llm_int8"),
         device="cpu",
         timer=FAST,
-        stage_timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1, noise_window=3),
+        stage_timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1),
         error_rows=16,
+        rounds=1,
     )
 
 
@@ -177,10 +178,10 @@ def test_ray_matches_local_and_resumes(cluster, local_rows):
     assert set(local.values()) >= {"ok", "skipped"}  # custom has no fp16: a skipped row
     got = _keys(_sweep(_ray(), _opts((16, 32))))
     assert got == local
-    # --resume: keys in done are not measured again, the rest are
-    done = set(list(local)[::2])
-    resumed = _keys(_sweep(_ray(), _opts((16, 32)), done))
-    assert set(resumed) == set(local) - done
+    # --resume: (key, round) in done are not measured again, the rest are
+    skipped = set(list(local)[::2])
+    resumed = _keys(_sweep(_ray(), _opts((16, 32)), {(k, 0) for k in skipped}))
+    assert set(resumed) == set(local) - skipped
 
 
 @needs_ray
