@@ -258,3 +258,13 @@ def test_rows_reach_every_reader(tmp_path, row_factory):
     assert "llm_int8" in console.export_text()
     assert "llm_int8" in write_report([tmp_path]).read_text()
     assert compare_runs(tmp_path, tmp_path).exit_code == 0
+
+
+def test_backend_status_is_plain_data_for_env_json():
+    from kernelbench.backends import backend_status
+
+    status = backend_status("cpu")
+    assert list(status) == list(all_backends())
+    assert status["torch"]["available"] and status["torch"]["verification"].startswith("verified")
+    assert not status["cutlass"]["available"] and status["cutlass"]["reason"]
+    assert json.loads(json.dumps(status)) == status

@@ -27,6 +27,7 @@ __all__ = [
     "BrokenBackend",
     "Runner",
     "all_backends",
+    "backend_status",
     "get_backend",
     "load_backends",
 ]
@@ -83,6 +84,21 @@ def load_backends(registry: Iterable[tuple[str, str]]) -> dict[str, Backend]:
 def all_backends() -> dict[str, Backend]:
     """Name -> backend for :data:`REGISTRY` (loaded once per process)."""
     return load_backends(REGISTRY)
+
+
+def backend_status(device: torch.device | str) -> dict[str, dict[str, object]]:
+    """Per backend on ``device``: available, the reason when not, and its verification status;
+    what a run records in ``env.json`` so that readers show it without importing a backend."""
+    device = torch.device(device)
+    out: dict[str, dict[str, object]] = {}
+    for name, backend in all_backends().items():
+        avail = backend.availability(device)
+        out[name] = {
+            "available": bool(avail),
+            "reason": avail.reason,
+            "verification": backend.verification(device),
+        }
+    return out
 
 
 def get_backend(name: str) -> Backend:
