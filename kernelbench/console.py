@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelbench.core import BASELINE, METHODS, SkipKind
+from kernelbench.results import third_party_label
 
 Formatter = Callable[[pd.Series], str]
 
@@ -101,7 +102,7 @@ def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
                 continue  # listed under skipped rows instead
             by_d = {r["d_model"]: r for _, r in sub.iterrows()}
             table.add_row(
-                escape(str(backend)),
+                escape(str(backend) + third_party_label(of_backend, detail=False)),
                 escape(str(method)),
                 *[_cell(by_d.get(d), fmt) for d in sizes["d_model"]],
             )

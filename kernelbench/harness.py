@@ -34,6 +34,7 @@ from kernelbench.cases import Case, Size, load_activation_file, make_inputs
 from kernelbench.core import BASELINE, FP32, METHODS, SkipKind, work_bytes, work_flops
 from kernelbench.env import device_class
 from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings
+from kernelbench.plugins import origin_of
 from kernelbench.quant import QuantConfig, outlier_columns
 from kernelbench.results import ResultRow
 from kernelbench.statistics import median_interval, stats
@@ -193,6 +194,7 @@ def base_row(
         dist=item.dist,
         seed=0,
         backend=backend,
+        origin=origin_of(backend).label(),
         method=method,
         device=device.type,
         device_class=dclass,

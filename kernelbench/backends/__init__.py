@@ -82,8 +82,12 @@ def load_backends(registry: Iterable[tuple[str, str]]) -> dict[str, Backend]:
 
 @cache
 def all_backends() -> dict[str, Backend]:
-    """Name -> backend for :data:`REGISTRY` (loaded once per process)."""
-    return load_backends(REGISTRY)
+    """Name -> backend for :data:`REGISTRY`, then the third-party backends (installed plugins
+    and ``--backend-file`` files, :mod:`kernelbench.plugins`); loaded once per process."""
+    from kernelbench import plugins
+
+    found = load_backends(REGISTRY)
+    return found | plugins.discover(set(found))
 
 
 def backend_status(device: torch.device | str) -> dict[str, dict[str, object]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kernelbench.report import data
+from kernelbench.results import third_party_label
 from kernelbench.verdict import speed_verdict
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
@@ -142,7 +143,7 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
             rows.append(Row(data.method_label(method), method, cells))
         grids.append(
             Grid(
-                f"backend {backend}",
+                f"backend {backend}{third_party_label(df)}",
                 f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
                 f"layer {layer}, {tokens} tokens; grey: 95% interval, samples n, and the paper's "
                 "App. D.1 figure where the paper has this cell; ! interval wider than the run's "
@@ -186,7 +187,9 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
             "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
             "intensity when lower)"
         )
-        grids.append(Grid(f"backend {backend}", caption, columns, rows, "tops"))
+        grids.append(
+            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, "tops")
+        )
     return grids
 
 
@@ -222,7 +225,9 @@ def error_grids(ok: pd.DataFrame) -> list[Grid]:
             "relative Frobenius error against the float64 product (int8_raw: against the exact "
             "integer product); llm_int8: outlier columns detected beside those the inputs planted"
         )
-        grids.append(Grid(f"backend {backend}", caption, columns, rows, "error"))
+        grids.append(
+            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, "error")
+        )
     return grids
 
 
@@ -323,7 +328,7 @@ def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
             rows.append(Row(data.method_label(method), method, cells))
         grids.append(
             Grid(
-                f"backend {backend}",
+                f"backend {backend}{third_party_label(df)}",
                 f"median time B / A (below 1: B is faster); layer {layer}, {tokens} tokens; "
                 "verdict of kernelbench compare at zero tolerance: beyond both runs' noise (each "
                 "speedup's 95% interval)",

@@ -1,0 +1,51 @@
+"""The public backend API: everything a backend outside this package may import.
+
+A backend is an instance of a :class:`Backend` subclass that declares ``api_version``
+(:data:`API_VERSION` when written against this kernelbench), implements
+:meth:`Backend.availability` and overrides the stages it runs itself; every other stage is the
+reference of :mod:`kernelbench.quant`. ``docs/plugins.md`` walks through one.
+
+What may change only with a new :data:`API_VERSION`: the names below, the stage signatures of
+:class:`Backend`, the fields of :class:`Runner`, :class:`Numerics` and :class:`Availability`.
+"""
+
+from __future__ import annotations
+
+from kernelbench.backends.base import (
+    OWN_VARIANT,
+    Availability,
+    Backend,
+    Numerics,
+    Runner,
+    sixteen_bit_dtype,
+    stage_accumulator,
+    torch_device_availability,
+)
+from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
+from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+
+#: The backend API this kernelbench provides. A backend declaring a newer one is not loaded
+#: (it needs a newer kernelbench); one declaring an older one that is still listed in
+#: :data:`SUPPORTED_API_VERSIONS` is.
+API_VERSION = 1
+SUPPORTED_API_VERSIONS = (1,)
+
+__all__ = [
+    "API_VERSION",
+    "OWN_VARIANT",
+    "SUPPORTED_API_VERSIONS",
+    "Availability",
+    "Backend",
+    "InputError",
+    "Numerics",
+    "PreparedWeight",
+    "QuantConfig",
+    "QuantizedActivation",
+    "Runner",
+    "check_activation",
+    "check_int8_operands",
+    "check_weight",
+    "sixteen_bit_dtype",
+    "stage_accumulator",
+    "torch_device_availability",
+]

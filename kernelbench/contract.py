@@ -1,0 +1,473 @@
+"""The backend contract as plain functions: what every backend must do, checked against the
+float64 oracle. ``kernelbench check-backend NAME`` runs them and prints a table; the sweep runs
+them on a third-party backend before its first row; the test suite holds the built-in backends
+to the same tolerance (:func:`oracle_tolerance`).
+
+Each contract is a function ``(backend, device, generator) -> None`` that raises
+:class:`ContractFailure` with what went wrong, or :class:`NotApplicable` when the backend does
+not claim what it checks (no ``int8_raw``, no exact int8 product). Any other exception is a
+failure too, named by its type.
+
+Tolerance comes from what the backend declares (:class:`~kernelbench.backends.base.Numerics`):
+``reference`` backends are held element-wise to :func:`oracle_tolerance` (with the 16-bit
+roundings they declare), ``exact_int8`` ones to the exact integer product bit for bit; a
+backend with a variant of its own (``reference=False``) to a relative Frobenius error of
+:data:`VARIANT_REL_ERROR` against the exact layer.
+
+Tolerance of ``oracle_tolerance``, element-wise for output ``(i, j)``, against
+``oracle.emulate`` (float64 scales, exact integer product):
+
+* output rounding: ``u * |ref|`` with ``u`` the unit roundoff of the output dtype
+  (bf16 2^-8, fp16 2^-11, fp32 2^-24);
+* fp32 arithmetic of the scales, the dequantization and the outlier product (``c`` terms):
+  ``(c + 8) * 2^-24 * (|x| @ |w|.T + |bias|)``;
+* quantization ties: ``x * (127 / absmax)`` in fp32 may round an element whose float64 value
+  lies within 2^-15 of a half-integer to a neighbour; a flipped int8 element changes the output
+  by at most ``absmax_x_i * absmax_w_j / 127``, counted per row (``N_i`` in ``x``, ``M_j`` in
+  ``w``; ``X_i`` also covers outlier columns whose weights are reconstructed from int8);
+* ``numerics.sixteen_bit_roundings = s``: ``s * u * (|x| @ |w|.T + |bias|)`` more;
+* 16-bit baselines: input rounding ``2 * u16 * |x|@|w|.T`` when the inputs are cast, plus
+  ``(k + 8) * 2^-24 * |x|@|w|.T`` accumulation.
+
+The total is multiplied by ``(1 + u)`` for the final rounding of the error terms themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kernelbench import oracle, quant
+from kernelbench.backends.base import Backend, Numerics, Runner
+from kernelbench.core import METHODS
+from kernelbench.quant import QuantConfig, method_config
+
+F64 = torch.float64
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+NEAR_TIE = 2.0**-15
+#: Relative Frobenius error against the exact layer allowed to a backend with its own variant.
+VARIANT_REL_ERROR = 0.05
+INT8_METHODS = ("int8_raw", "vectorwise", "llm_int8")
+
+
+class ContractFailure(AssertionError):
+    """The backend broke a contract; the message says where and how."""
+
+
+class NotApplicable(Exception):
+    """The backend does not claim what this contract checks."""
+
+
+# --- tolerance against the oracle -----------------------------------------------------------
+
+
+def _near_ties(t: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    """Per-row count of elements whose float64 quantized value is within NEAR_TIE of x.5."""
+    amax = amax.to(F64)
+    v = t.to(F64) * torch.where(amax > 0, 127.0 / torch.where(amax > 0, amax, 1.0), 0.0)
+    frac = v - torch.floor(v)
+    return ((frac - 0.5).abs() <= NEAR_TIE).sum(dim=1).to(F64)
+
+
+def oracle_tolerance(
+    method: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    cfg: QuantConfig,
+    kept_rows: torch.Tensor | None = None,
+    ref: torch.Tensor | None = None,
+    sixteen_bit_steps: int = 0,
+) -> torch.Tensor:
+    """Element-wise bound on ``|backend - oracle.emulate|`` (see the module docstring)."""
+    u = UNIT_ROUNDOFF[torch.float32 if method == "fp32" else x.dtype]
+    if ref is None:
+        ref = oracle.emulate(method, x, w, bias, cfg, kept_rows)
+    ref = ref.to(F64)
+    xa, wa = x.to(F64).abs(), w.to(F64).abs()
+    mag = xa @ wa.T
+    if bias is not None:
+        mag = mag + bias.to(F64).abs()
+    k = x.shape[1]
+    if method in ("fp32", "fp16"):
+        dt16 = torch.float32 if method == "fp32" else torch.bfloat16
+        u_out = UNIT_ROUNDOFF[dt16]
+        cast = 2 * u_out if x.dtype != dt16 or w.dtype != dt16 else 0.0
+        return u_out * ref.abs() + (1 + u_out) * (cast + (k + 8) * 2.0**-24) * mag
+    if method in ("absmax_torch", "vectorwise_torch"):
+        scheme = quant.quantize_tensorwise if method == "absmax_torch" else quant.quantize_rowwise
+        _, ax = scheme(x, F64)
+        _, aw = scheme(w, F64)
+        ax = ax.expand(x.shape[0]) if ax.dim() == 0 else ax
+        aw = aw.expand(w.shape[0]) if aw.dim() == 0 else aw
+        n_i = _near_ties(x, ax[:, None].expand(-1, k))
+        m_j = _near_ties(w, aw[:, None].expand(-1, k))
+        ties = (n_i[:, None] * ax[:, None] + m_j[None, :] * ax[:, None]) * aw[None, :] / 127
+        return u * ref.abs() + (1 + u) * (ties + 8 * 2.0**-24 * mag)
+    mcfg = method_config(method, cfg)
+    pw = quant.prepare_weight(
+        w, bias, mcfg, kept_rows if method == "llm_int8" else None, compute_dtype=F64
+    )
+    cols = quant.decomposition_columns(x, pw, mcfg)
+    qa = quant.quantize_activation(x, cols, F64)
+    regular = x.to(F64).clone()
+    regular[:, cols] = 0
+    w_regular = w.to(F64).clone()
+    w_regular[:, pw.kept_rows] = 0
+    ax, aw = qa.absmax.to(F64), pw.absmax.to(F64)
+    n_i = _near_ties(regular, ax[:, None])
+    m_j = _near_ties(w_regular, aw[:, None])
+    if method == "int8_raw":
+        # Integer units: a flip changes the product by at most 127 per flipped element.
+        return 127.0 * (n_i[:, None] + m_j[None, :])
+    not_kept = cols[~torch.isin(cols, pw.kept_rows)]
+    x_i = torch.maximum(ax, x.to(F64)[:, not_kept].abs().amax(dim=1)) if not_kept.numel() else ax
+    ties = (n_i[:, None] * ax[:, None] + m_j[None, :] * x_i[:, None]) * aw[None, :] / 127
+    c = int(cols.numel())
+    inter = sixteen_bit_steps * u * mag
+    return u * ref.abs() + (1 + u) * (ties + (c + 8) * 2.0**-24 * mag + inter)
+
+
+def assert_matches_oracle(
+    y, method, x, w, bias, cfg, kept_rows=None, what="", numerics: Numerics | None = None
+) -> None:
+    """``y`` against the float64 oracle, held to what ``numerics`` declares (the reference
+    math with no 16-bit roundings when not given); raises :class:`ContractFailure`."""
+    numerics = numerics or Numerics()
+    y, x, w = y.cpu(), x.cpu(), w.cpu()
+    bias = bias.cpu() if bias is not None else None
+    kept_rows = kept_rows.cpu() if kept_rows is not None else None
+    ref = oracle.emulate(method, x, w, bias, cfg, kept_rows).to(F64)
+    if tuple(y.shape) != tuple(ref.shape):
+        raise ContractFailure(f"{what}: shape {tuple(y.shape)}, expected {tuple(ref.shape)}")
+    if not numerics.reference and method != "int8_raw":
+        err = oracle.rel_frobenius(y, oracle.exact(x, w, bias))
+        if not err <= VARIANT_REL_ERROR:
+            raise ContractFailure(
+                f"{what}: relative Frobenius error {err:.3g} against the exact layer "
+                f"> {VARIANT_REL_ERROR} (a backend with its own variant)"
+            )
+        return
+    tol = oracle_tolerance(
+        method,
+        x,
+        w,
+        bias,
+        cfg,
+        kept_rows,
+        ref=ref,
+        sixteen_bit_steps=numerics.sixteen_bit_roundings,
+    )
+    err = (y.to(F64) - ref).abs()
+    bad = ~(err <= tol)  # NaN is bad
+    if bad.any():
+        i, j = (int(v) for v in bad.nonzero()[0])
+        raise ContractFailure(
+            f"{what}: {int(bad.sum())} of {err.numel()} elements outside the oracle tolerance; "
+            f"first at ({i}, {j}): got {float(y[i, j])}, oracle {float(ref[i, j])}, "
+            f"|err| {float(err[i, j]):.3g} > tol {float(tol[i, j]):.3g}; "
+            f"rel. Frobenius {oracle.rel_frobenius(y, ref):.3g}"
+        )
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+def randn(gen, *shape, dtype=torch.bfloat16, scale=1.0) -> torch.Tensor:
+    """Gaussian values with any exact zero replaced (contracts never run on zeros)."""
+    t = torch.randn(*shape, generator=gen) * scale
+    t = torch.where(t == 0, torch.full_like(t, 0.5 * scale), t)
+    return t.to(dtype).contiguous()
+
+
+def outlier_activations(
+    gen,
+    m: int,
+    k: int,
+    n_outlier_dims: int = 6,
+    share: float = 0.25,
+    lo: float = -60.0,
+    hi: float = -40.0,
+    dtype=torch.bfloat16,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """App. C-like activations: N(0, 1) columns plus ``n_outlier_dims`` feature dimensions whose
+    values on a ``share`` of the positions (at least one) are one-sided outliers in [lo, hi]
+    (the 6.7B/13B quartiles of app. C are -44..-35 and -63..-45). Returns (x, outlier dims)."""
+    x = torch.randn(m, k, generator=gen)
+    dims = torch.randperm(k, generator=gen)[: min(n_outlier_dims, k)].sort().values
+    for d in dims.tolist():
+        pos = torch.rand(m, generator=gen) < share
+        pos[int(torch.randint(m, (1,), generator=gen))] = True
+        vals = lo + (hi - lo) * torch.rand(m, generator=gen)
+        x[pos, d] = vals[pos]
+    x = torch.where(x == 0, torch.full_like(x, 0.5), x)
+    return x.to(dtype).contiguous(), dims
+
+
+def supported_methods(backend: Backend, device, dtype=torch.bfloat16, m=8, k=8, n=8) -> list[str]:
+    dev = torch.device(device)
+    return [meth for meth in backend.methods if backend.supports(meth, dev, dtype, m, k, n)]
+
+
+def _runner(backend: Backend) -> Callable[..., Runner]:
+    """The backend's own runner (not the sweep's contract guard around it)."""
+    return getattr(backend, "unchecked_runner", backend.runner)
+
+
+def _run_checked(backend, method, x, w, bias, cfg, kept=None, what="") -> Runner:
+    """Run ``method`` and hold its output (dtype, shape, values) to the oracle."""
+    r = _runner(backend)(method, x, w, bias, cfg, kept_rows=kept)
+    y = r.run()
+    if r.returns_int32 != (method == "int8_raw"):
+        raise ContractFailure(f"{what}: returns_int32 is {r.returns_int32} for {method}")
+    want = {"int8_raw": torch.int32, "fp32": torch.float32}.get(method, x.dtype)
+    if method != "fp16" and y.dtype != want:
+        raise ContractFailure(f"{what}: output dtype {y.dtype}, expected {want}")
+    if method == "int8_raw" and not backend.numerics.reference:
+        if r.operands is None:
+            raise ContractFailure(f"{what}: an int8_raw runner must give its operands")
+        exact = oracle.int_product(*(t.cpu() for t in r.operands))
+        if not torch.equal(y.cpu().to(torch.int64), exact):
+            raise ContractFailure(f"{what}: not the exact product of its own operands")
+        return r
+    assert_matches_oracle(y, method, x, w, bias, cfg, kept, what, backend.numerics)
+    return r
+
+
+def _methods_or_skip(backend, device, wanted, dtype=torch.bfloat16, m=8, k=8, n=8) -> list[str]:
+    methods = [m_ for m_ in supported_methods(backend, device, dtype, m, k, n) if m_ in wanted]
+    if not methods:
+        raise NotApplicable(f"runs none of {', '.join(wanted)} here")
+    return methods
+
+
+# --- the contracts ---------------------------------------------------------------------------
+
+CFGS = (QuantConfig(), QuantConfig(6.0, ">=", "int8"), QuantConfig(1.5, ">", "fp16"))
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: Shapes (m, k, n) with tails: sizes that are no multiple of any vector width or tile.
+TAIL_SHAPES = ((1, 1, 1), (7, 3, 5), (13, 37, 19), (33, 129, 47), (5, 67, 17))
+
+
+def check_declaration(backend: Backend, device, gen) -> None:
+    """A name, known methods, declared numerics and verified devices, an Availability."""
+    from kernelbench.backends.base import Availability
+
+    if not isinstance(backend.name, str) or not backend.name.isidentifier():
+        raise ContractFailure(f"name must be an identifier, got {backend.name!r}")
+    unknown = [m for m in backend.methods if m not in METHODS]
+    if not backend.methods or unknown:
+        raise ContractFailure(f"methods must be a non-empty subset of METHODS; unknown {unknown}")
+    if not isinstance(backend.numerics, Numerics):
+        raise ContractFailure(f"numerics must be a Numerics, got {type(backend.numerics).__name__}")
+    if set(backend.verified) - {"cpu", "cuda"}:
+        raise ContractFailure(f"verified names unknown devices: {sorted(backend.verified)}")
+    if not isinstance(backend.availability(torch.device(device)), Availability):
+        raise ContractFailure("availability() must return an Availability")
+
+
+def check_methods(backend: Backend, device, gen) -> None:
+    """Every method it runs, in bf16, fp16 and fp32, three outlier configurations."""
+    for dtype in DTYPES:
+        x, dims = outlier_activations(gen, 24, 72, n_outlier_dims=3, dtype=dtype)
+        x[5] *= 0.01  # a small-magnitude token
+        w, bias = randn(gen, 40, 72, dtype=dtype, scale=0.1), randn(gen, 40, dtype=dtype)
+        x, w, bias, dims = (t.to(device) for t in (x, w, bias, dims))
+        methods = supported_methods(backend, device, dtype, 24, 72, 40)
+        for cfg in CFGS:
+            for method in methods:
+                for kept in (None, dims) if method == "llm_int8" else (None,):
+                    what = f"{method} {str(dtype)[6:]} alpha={cfg.alpha}{cfg.outlier_cmp}"
+                    _run_checked(backend, method, x, w, bias, cfg, kept, what)
+
+
+def check_tails(backend: Backend, device, gen) -> None:
+    """Shapes that are no multiple of any vector width or tile, down to 1 x 1 x 1."""
+    for m, k, n in TAIL_SHAPES:
+        methods = _methods_or_skip(backend, device, INT8_METHODS, torch.bfloat16, m, k, n)
+        x, _ = outlier_activations(gen, m, k, n_outlier_dims=min(2, k))
+        w, bias = randn(gen, n, k, scale=0.1), randn(gen, n)
+        x, w, bias = x.to(device), w.to(device), bias.to(device)
+        for method in methods:
+            _run_checked(backend, method, x, w, bias, QuantConfig(), None, f"{method} {m}x{k}x{n}")
+
+
+def check_int8_extremes(backend: Backend, device, gen) -> None:
+    """The int8 GEMM is the exact integer product: +-127^2 everywhere, -128 in activations."""
+    _methods_or_skip(backend, device, ("int8_raw",))
+    if not backend.numerics.exact_int8:
+        raise NotApplicable("does not declare an exact int8 product")
+    cfg = QuantConfig()
+    a = torch.full((5, 65), -127, dtype=torch.int8, device=device)
+    a[0] = -128
+    a[1, ::2] = 127
+    signs = torch.ones(3, 65, dtype=torch.bfloat16, device=device)
+    signs[2] = -1
+    pw = backend.prepare_weight(signs, None, cfg)
+    b = pw.int8_columns(torch.arange(65, device=device))
+    got = backend.int8_matmul(a, pw)
+    if got.dtype != torch.int32:
+        raise ContractFailure(f"int8_matmul returns {got.dtype}, expected torch.int32")
+    exact = oracle.int_product(a.cpu(), b.cpu())
+    if not torch.equal(got.cpu().to(torch.int64), exact):
+        bad = (got.cpu().to(torch.int64) != exact).nonzero()[0].tolist()
+        raise ContractFailure(f"int8_matmul with -128 operands is not exact (first at {bad})")
+
+
+def check_outliers(backend: Backend, device, gen) -> None:
+    """llm_int8 finds the planted outlier dims and meets the oracle, with and without kept
+    16-bit weight rows, with 16-bit and int8 outlier weights."""
+    _methods_or_skip(backend, device, ("llm_int8",))
+    x, dims = outlier_activations(gen, 40, 96, n_outlier_dims=5)
+    w, bias = randn(gen, 24, 96, scale=0.1), randn(gen, 24)
+    x, w, bias, dims = (t.to(device) for t in (x, w, bias, dims))
+    for cfg in (QuantConfig(), QuantConfig(6.0, ">", "int8")):
+        for kept in (None, dims):
+            what = f"llm_int8 weights={cfg.outlier_weights} kept={kept is not None}"
+            r = _run_checked(backend, "llm_int8", x, w, bias, cfg, kept, what)
+            if r.outlier_cols != len(dims):
+                raise ContractFailure(
+                    f"{what}: {r.outlier_cols} outlier columns, {len(dims)} planted"
+                )
+
+
+def check_alpha(backend: Backend, device, gen) -> None:
+    """A column whose largest magnitude is exactly alpha is an outlier under '>=' only;
+    alpha 0 turns the decomposition off (llm_int8 is then vectorwise)."""
+    _methods_or_skip(backend, device, ("llm_int8",))
+    if not backend.numerics.reference:
+        raise NotApplicable("declares an outlier test of its own (numerics.reference is False)")
+    x, w, bias = randn(gen, 6, 24, scale=0.5), randn(gen, 10, 24), randn(gen, 10)
+    x[:, 3] = 4.0  # exactly alpha
+    x[1, 7] = -9.0  # beyond alpha either way
+    x, w, bias = x.to(device), w.to(device), bias.to(device)
+    for cmp, expected in ((">", 1), (">=", 2)):
+        cfg = QuantConfig(4.0, cmp)
+        r = _run_checked(backend, "llm_int8", x, w, bias, cfg, None, f"alpha 4 {cmp}")
+        if r.outlier_cols != expected:
+            raise ContractFailure(
+                f"alpha 4 {cmp}: {r.outlier_cols} outlier columns, not {expected}"
+            )
+        off = _runner(backend)("llm_int8", x, w, bias, QuantConfig(0.0, cmp))
+        if off.outlier_cols != 0:
+            raise ContractFailure(f"alpha 0 {cmp}: {off.outlier_cols} outlier columns, not 0")
+        if "vectorwise" in backend.methods:
+            vec = _runner(backend)("vectorwise", x, w, bias, cfg).run()
+            if not torch.equal(off.run(), vec):
+                raise ContractFailure(f"alpha 0 {cmp}: llm_int8 differs from vectorwise")
+
+
+def check_zero_token(backend: Backend, device, gen) -> None:
+    """An all-zero token gives exactly the bias (no 0/0 in its scale)."""
+    methods = _methods_or_skip(backend, device, ("vectorwise", "llm_int8"))
+    x, w, bias = randn(gen, 4, 16), randn(gen, 8, 16), randn(gen, 8)
+    x[2] = 0
+    x, w, bias = x.to(device), w.to(device), bias.to(device)
+    for method in methods:
+        y = _runner(backend)(method, x, w, bias, QuantConfig()).run()
+        if not torch.isfinite(y).all() or not torch.equal(y[2], bias):
+            raise ContractFailure(
+                f"{method}: a zero token gives {y[2, :3].tolist()}..., not the bias"
+            )
+
+
+def check_bad_inputs(backend: Backend, device, gen) -> None:
+    """Bad input is a ValueError or TypeError naming the problem, never a crash or a number."""
+    method = _methods_or_skip(backend, device, INT8_METHODS)[0]
+    w = randn(gen, 8, 16).to(device)
+    nan = randn(gen, 4, 16)
+    nan[1, 2] = float("nan")
+    cases = {
+        "k mismatch": randn(gen, 4, 15),
+        "NaN in x": nan,
+        "integer x": torch.ones(4, 16, dtype=torch.int32),
+        "1-D x": randn(gen, 16),
+    }
+    for what, x in cases.items():
+        try:
+            _runner(backend)(method, x.to(device), w, None, QuantConfig()).run()
+        except (ValueError, TypeError) as exc:
+            if not str(exc):
+                raise ContractFailure(f"{what}: {type(exc).__name__} without a message") from None
+            continue
+        except Exception as exc:  # noqa: BLE001 - the wrong kind of error is the finding
+            raise ContractFailure(
+                f"{what}: raised {type(exc).__name__} ({exc}), not ValueError/TypeError"
+            ) from None
+        raise ContractFailure(f"{what}: accepted (returned a result)")
+
+
+def check_stages(backend: Backend, device, gen) -> None:
+    """The runner's stages run, and repeated runs give the same result."""
+    methods = _methods_or_skip(backend, device, INT8_METHODS)
+    x, _ = outlier_activations(gen, 12, 40, n_outlier_dims=2)
+    w = randn(gen, 10, 40).to(device)
+    x = x.to(device)
+    for method in methods:
+        r = _runner(backend)(method, x, w, None, QuantConfig())
+        for stage in r.stages.values():
+            stage()
+        if not torch.equal(r.run(), r.run()):
+            raise ContractFailure(f"{method}: two runs on the same inputs differ")
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    check: Callable[[Backend, torch.device, torch.Generator], None]
+
+    @property
+    def description(self) -> str:
+        return " ".join((self.check.__doc__ or "").split())
+
+
+CONTRACTS: tuple[Contract, ...] = (
+    Contract("declaration", check_declaration),
+    Contract("methods", check_methods),
+    Contract("tails", check_tails),
+    Contract("int8_extremes", check_int8_extremes),
+    Contract("outliers", check_outliers),
+    Contract("alpha", check_alpha),
+    Contract("zero_token", check_zero_token),
+    Contract("bad_inputs", check_bad_inputs),
+    Contract("stages", check_stages),
+)
+
+
+@dataclass(frozen=True)
+class ContractResult:
+    name: str
+    status: str  # "pass" | "fail" | "n/a"
+    detail: str
+    seconds: float
+
+
+def run_contract(
+    backend: Backend, device: str | torch.device = "cpu", seed: int = 0
+) -> list[ContractResult]:
+    """Every contract on ``backend`` and ``device``, each on fresh seeded inputs. A backend
+    unavailable on ``device`` fails only the declaration with the reason."""
+    device = torch.device(device)
+    avail = backend.availability(device)
+    if not avail:
+        return [
+            ContractResult("declaration", "fail", f"unavailable on {device}: {avail.reason}", 0)
+        ]
+    results = []
+    for i, contract in enumerate(CONTRACTS):
+        gen = torch.Generator().manual_seed(seed * 1000 + i)
+        start = time.perf_counter()
+        try:
+            contract.check(backend, device, gen)
+            status, detail = "pass", ""
+        except NotApplicable as exc:
+            status, detail = "n/a", str(exc)
+        except ContractFailure as exc:
+            status, detail = "fail", str(exc)
+        except Exception as exc:  # noqa: BLE001 - any error is a failed contract, reported
+            status, detail = "fail", f"{type(exc).__name__}: {exc}"
+        results.append(ContractResult(contract.name, status, detail, time.perf_counter() - start))
+    return results
