@@ -2,8 +2,8 @@
 
 The harness (:mod:`kernelbench.harness`) turns a case into :class:`WorkItem` s and knows how to
 measure one; an executor decides where and in which order items run. ``local`` (the default)
-measures them in this process, in order. Other executors register themselves in
-:data:`EXECUTORS` by module path, so the harness never imports them unless asked.
+measures them in this process, in order. :data:`EXECUTORS` lists every executor by module path,
+so a module (Ray's) is imported only when its executor is asked for.
 """
 
 from __future__ import annotations

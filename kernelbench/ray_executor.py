@@ -84,7 +84,9 @@ def _cell_rows(item: WorkItem, case: Case, opts: RunOptions, done: set) -> list[
 def _node_env(device: str, threads: int | None, node: dict) -> dict:
     if threads:
         torch.set_num_threads(threads)
-    info = envmod.collect(torch.device(device), [])
+    from kernelbench import cpu_ext
+
+    info = envmod.collect(torch.device(device), [], kernel_isa=cpu_ext.isa())
     for key in ("command", "argv", "schema_version"):
         info.pop(key, None)
     info.update(node_id=node["NodeID"], node_ip=node["NodeManagerAddress"])

@@ -122,7 +122,11 @@ def _prepare(req: RunRequest) -> _Prepared:
         raise fail(f"case {req.case!r}: missing entry {exc}") from None
     except (ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    env = envmod.collect(dev, sys.argv[1:])
+    from kernelbench import cpu_ext
+    from kernelbench.backends import backend_status
+
+    env = envmod.collect(dev, sys.argv[1:], kernel_isa=cpu_ext.isa())
+    env["backends"] = backend_status(dev)
     return _Prepared(the_case, opts, items, pairs, runner, dev, env)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 9's end-to-end check through the CLI: a local two-node Ray cluster started with the `ray`
+# End-to-end check of the Ray executor through the CLI: a local two-node Ray cluster started with the `ray`
 # CLI as the README says (`ray start --head`, then `ray start --address` for the second node; one
 # CPU each, on 127.0.0.1), the same quick sweep run through `--executor ray --address` and through
 # the local executor, and the two results compared row by row (keys and statuses; timings aside).

@@ -408,3 +408,16 @@ def test_template_in_package():
     from importlib import resources
 
     assert resources.files("kernelbench.report").joinpath("template.html.j2").is_file()
+
+
+def test_backends_and_their_verification_from_env(tmp_path):
+    run = write_run(tmp_path / "run")
+    env = json.loads((run / ENV_FILE).read_text(encoding="utf-8"))
+    env["backends"] = {
+        "custom": {"available": True, "reason": "", "verification": "verified: reports/x"},
+        "cutlass": {"available": False, "reason": f"no GPU {EVIL}", "verification": "unverified"},
+    }
+    (run / ENV_FILE).write_text(json.dumps(env), encoding="utf-8")
+    html = write_report([run], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "verified: reports/x" in html and "unverified" in html
+    assert EVIL not in html  # the reason is escaped

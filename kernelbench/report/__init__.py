@@ -61,8 +61,26 @@ def _template() -> jinja2.Template:
     return env.from_string(source)
 
 
+def _backend_lines(env: dict) -> list[dict[str, str]]:
+    """The run's backends as recorded in env.json: available or why not, and verification."""
+    found = env.get("backends")
+    if not isinstance(found, dict):
+        return []
+    return [
+        {
+            "name": str(name),
+            "available": "yes" if info.get("available") else "no",
+            "verification": str(info.get("verification", "")),
+            "reason": str(info.get("reason", "")),
+        }
+        for name, info in sorted(found.items())
+        if isinstance(info, dict)
+    ]
+
+
 def _run_info(run: data.Run, label: str) -> dict:
     return {
+        "backends": _backend_lines(run.env),
         "label": label,
         "path": str(run.path),
         "command": run.command,
