@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelbench.core import BASELINE, METHODS, SkipKind
+from kernelbench.core import BASELINE, METHODS, PAPER_TOKENS, SkipKind
 from kernelbench.results import third_party_label
 
 Formatter = Callable[[pd.Series], str]
@@ -111,8 +111,6 @@ def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
 
 #: The methods of the compact speedup-by-tokens tables.
 COMPACT_METHODS = ("llm_int8", "int8_raw")
-#: The token count of the full tables when a run has several: the paper's App. D.1 cell.
-MAIN_TOKENS = 2048
 
 
 def tokens_grid(df: pd.DataFrame, backend: str, method: str, title: str) -> Table:
@@ -154,7 +152,7 @@ def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
     for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
         all_tokens = sorted(of_layer["tokens"].unique())
-        main = MAIN_TOKENS if MAIN_TOKENS in all_tokens else all_tokens[-1]
+        main = PAPER_TOKENS if PAPER_TOKENS in all_tokens else all_tokens[-1]
         head = escape(f"{dclass} · layer {layer} · {main} tokens")
         _print_cell(of_layer[of_layer["tokens"] == main], head, console)
         if len(all_tokens) < 2:
@@ -200,5 +198,6 @@ def _print_skipped(df: pd.DataFrame, console: Console) -> None:
     for (backend, status, reason), g in bad.groupby(["backend", "status", "reason"]):
         methods = ", ".join(_method_order(g["method"].unique()))
         dims = ", ".join(str(d) for d in sorted(g["d_model"].unique()))
-        table.add_row(*(escape(str(v)) for v in (backend, status, methods, dims, reason)))
+        name = f"{backend}{third_party_label(g, detail=False)}"
+        table.add_row(*(escape(str(v)) for v in (name, status, methods, dims, reason)))
     console.print(table)

@@ -208,8 +208,7 @@ def guard(backend: Backend) -> None:
     def checked_runner(method, x, *args, **kwargs):
         device = x.device.type if hasattr(x, "device") else "cpu"
         with _guard_lock:
-            if device not in verdicts:
-                verdicts[device] = None  # the contract's own calls pass straight through
+            if device not in verdicts:  # the contract calls the unchecked runner
                 verdicts[device] = _contract_verdict(backend, device)
         if verdicts[device]:
             raise ContractViolation(verdicts[device])

@@ -266,15 +266,19 @@ def test_third_party_rows_are_labelled_in_tables_and_report(row_factory):
     import pandas as pd
     from rich.console import Console
 
-    from kernelbench.console import grid, speedup_text
+    from kernelbench.console import _print_skipped, grid, speedup_text
     from kernelbench.report.tables import speedup_grids
 
     plugin = "plugin kb-int8-numpy 0.1.0"
     rows = [row_factory(backend="int8_numpy", origin=plugin), row_factory(backend="custom")]
+    rows.append(row_factory("vectorwise", "int8_numpy", status="failed", origin=plugin))
     df = pd.DataFrame([dataclasses.asdict(r) for r in rows])
     con = Console(width=200, record=True)
     con.print(grid(df, "speedup", speedup_text))
     text = con.export_text()
     assert "int8_numpy (third-party)" in text and "custom (third-party)" not in text
+    con = Console(width=200, record=True)
+    _print_skipped(df, con)
+    assert "int8_numpy (third-party)" in con.export_text()
     titles = {g.title for g in speedup_grids(df, "ffn1", 8)}
     assert titles == {f"backend int8_numpy (third-party: {plugin})", "backend custom"}
