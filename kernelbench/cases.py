@@ -31,6 +31,7 @@ import tomllib
 import torch
 
 from kernelbench.checks import InputError
+from kernelbench.core import PAPER_LAYER, PAPER_TOKENS
 
 DISTRIBUTIONS = ("outliers", "gaussian", "paper-bench")
 
@@ -96,7 +97,7 @@ class Case:
 
     def paper_figure(self, method: str, d_model: int, layer: str, tokens: int) -> float | None:
         """The paper's App. D.1 figure, only for the cell it measured (ffn1, 2048 tokens)."""
-        if layer != "ffn1" or tokens != 2048:
+        if (layer, tokens) != (PAPER_LAYER, PAPER_TOKENS):
             return None
         return self.paper_speedup.get(method, {}).get(d_model)
 

@@ -40,6 +40,11 @@ INT8_STAGE_METHODS: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
 #: outlier product. A row measured faster than its predecessor beyond the intervals is suspect.
 WORK_ORDER: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
 
+#: The cell the paper's App. D.1 Table 5 measured: the first FFN layer at (most likely) 2048
+#: tokens (batch 1 x sequence 2048). Paper figures are shown for this cell only.
+PAPER_LAYER = "ffn1"
+PAPER_TOKENS = 2048
+
 #: The stage names a runner may expose for per-stage timing.
 STAGES: tuple[str, ...] = ("quantize", "int8_matmul", "dequantize", "outlier_product")
 

@@ -12,15 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelbench.core import METHOD_LABELS, METHODS
+from kernelbench.core import METHOD_LABELS, METHODS, PAPER_LAYER, PAPER_TOKENS
 from kernelbench.core import STAGES as STAGES  # per-stage fields of ``stages_ms``, for plots
 from kernelbench.physics import peaks as peaks  # env.json's peaks, for the tables
 from kernelbench.results import load_env
 from kernelbench.view import load_view
-
-#: App. D.1 measured the first FFN layer at (most likely) 2048 tokens.
-PAPER_LAYER = "ffn1"
-PAPER_TOKENS = 2048
 
 
 @dataclass
