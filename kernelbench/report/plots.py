@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import matplotlib
@@ -66,6 +67,26 @@ def _dmodel_axis(ax, dims: list[int]) -> None:
     ax.set_xlabel("model dimension d")
 
 
+def _cell(frame: pd.DataFrame, layer: str, tokens: int) -> pd.DataFrame:
+    """The rows of one layer at one token count."""
+    return frame[(frame["layer"] == layer) & (frame["tokens"] == tokens)]
+
+
+def _backend_panels_over_dmodel(df: pd.DataFrame, draw: Callable) -> str:
+    """One panel per backend with d_model on the x axis; ``draw(ax, rows, colours)`` fills a
+    panel with that backend's rows. Returns the encoded PNG."""
+    backends = sorted(df["backend"].unique())
+    colours = _palette(df["method"])
+    dims = sorted(int(d) for d in df["d_model"].unique())
+    with _style():
+        fig, axes = _new(len(backends))
+        for ax, backend in zip(axes, backends, strict=True):
+            draw(ax, df[df["backend"] == backend], colours)
+            _dmodel_axis(ax, dims)
+            ax.set_title(f"backend {backend}")
+        return _encode(fig)
+
+
 def _style():
     # Names and reasons are data: a '$' in them is shown, never read as matplotlib mathtext.
     return matplotlib.rc_context({**sns.axes_style("whitegrid"), "text.parse_math": False})
@@ -74,29 +95,23 @@ def _style():
 def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Speedup over 16-bit vs d_model: one line per method, one panel per backend; the paper's
     App. D.1 figures as crosses in the method's colour."""
-    df = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["speedup"])
+    df = _cell(ok, layer, tokens).dropna(subset=["speedup"])
     if df.empty:
         return None
-    backends = sorted(df["backend"].unique())
-    colours = _palette(df["method"])
-    dims = sorted(int(d) for d in df["d_model"].unique())
-    with _style():
-        fig, axes = _new(len(backends))
-        for ax, backend in zip(axes, backends, strict=True):
-            sub = df[df["backend"] == backend]
-            for method in data.sorted_methods(sub["method"]):
-                m = sub[sub["method"] == method].groupby("d_model").median(numeric_only=True)
-                ax.plot(m.index, m["speedup"], marker="o", color=colours[method], label=method)
-                _interval_bars(ax, m, colours[method])
-                ref = m["paper_speedup"].dropna() if "paper_speedup" in m else pd.Series()
-                if not ref.empty:
-                    ax.scatter(ref.index, ref, marker="x", color=colours[method], s=30)
-            ax.axhline(1.0, color="black", lw=0.8, ls=":")
-            _dmodel_axis(ax, dims)
-            ax.set_title(f"backend {backend}")
-            ax.set_ylabel("speedup over 16-bit")
-            ax.legend(fontsize=7, title="method (x: paper)", title_fontsize=7)
-        uri = _encode(fig)
+
+    def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
+        for method in data.sorted_methods(sub["method"]):
+            m = sub[sub["method"] == method].groupby("d_model").median(numeric_only=True)
+            ax.plot(m.index, m["speedup"], marker="o", color=colours[method], label=method)
+            _interval_bars(ax, m, colours[method])
+            ref = m["paper_speedup"].dropna() if "paper_speedup" in m else pd.Series()
+            if not ref.empty:
+                ax.scatter(ref.index, ref, marker="x", color=colours[method], s=30)
+        ax.axhline(1.0, color="black", lw=0.8, ls=":")
+        ax.set_ylabel("speedup over 16-bit")
+        ax.legend(fontsize=7, title="method (x: paper)", title_fontsize=7)
+
+    uri = _backend_panels_over_dmodel(df, draw)
     return Figure(
         "Speedup over 16-bit vs model dimension",
         f"layer {layer}, {tokens} tokens; bars: 95% interval of each speedup; dotted line: the "
@@ -180,7 +195,7 @@ def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
 def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Stacked bar of median time per stage, per backend · method, one panel per size; the
     black tick is the whole method's median (stages are timed separately)."""
-    df = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)]
+    df = _cell(ok, layer, tokens)
     df = df[df["stages_ms"].map(lambda s: isinstance(s, dict) and bool(s))]
     if df.empty:
         return None
@@ -226,28 +241,22 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
 def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Relative error vs d_model per method, one panel per backend; the dashed black line is
     the 16-bit baseline's error on the same inputs."""
-    df = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["rel_error"])
+    df = _cell(ok, layer, tokens).dropna(subset=["rel_error"])
     df = df[df["rel_error"] > 0]
     if df.empty:
         return None
-    backends = sorted(df["backend"].unique())
-    colours = _palette(df["method"])
-    dims = sorted(int(d) for d in df["d_model"].unique())
-    with _style():
-        fig, axes = _new(len(backends))
-        for ax, backend in zip(axes, backends, strict=True):
-            sub = df[df["backend"] == backend]
-            _method_lines(ax, sub, "rel_error", colours)
-            base = sub.groupby("d_model")["baseline_rel_error"].median().dropna()
-            base = base[base > 0]
-            if not base.empty:
-                ax.plot(base.index, base.values, color="black", ls="--", label="16-bit baseline")
-            ax.set_yscale("log")
-            _dmodel_axis(ax, dims)
-            ax.set_title(f"backend {backend}")
-            ax.set_ylabel("relative error (Frobenius)")
-            ax.legend(fontsize=7)
-        uri = _encode(fig)
+
+    def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
+        _method_lines(ax, sub, "rel_error", colours)
+        base = sub.groupby("d_model")["baseline_rel_error"].median().dropna()
+        base = base[base > 0]
+        if not base.empty:
+            ax.plot(base.index, base.values, color="black", ls="--", label="16-bit baseline")
+        ax.set_yscale("log")
+        ax.set_ylabel("relative error (Frobenius)")
+        ax.legend(fontsize=7)
+
+    uri = _backend_panels_over_dmodel(df, draw)
     return Figure(
         "Error vs model dimension",
         f"layer {layer}, {tokens} tokens; error against the float64 product",
@@ -296,21 +305,15 @@ def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
 
 def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """A/B: median time B/A vs d_model, one line per method, one panel per backend."""
-    df = pairs[(pairs["layer"] == layer) & (pairs["tokens"] == tokens)].dropna(subset=["ratio"])
+    df = _cell(pairs, layer, tokens).dropna(subset=["ratio"])
     if df.empty:
         return None
-    backends = sorted(df["backend"].unique())
-    colours = _palette(df["method"])
-    dims = sorted(int(d) for d in df["d_model"].unique())
-    with _style():
-        fig, axes = _new(len(backends))
-        for ax, backend in zip(axes, backends, strict=True):
-            sub = df[df["backend"] == backend]
-            _method_lines(ax, sub, "ratio", colours)
-            ax.axhline(1.0, color="black", lw=0.8, ls=":")
-            _dmodel_axis(ax, dims)
-            ax.set_title(f"backend {backend}")
-            ax.set_ylabel("time B / A")
-            ax.legend(fontsize=7)
-        uri = _encode(fig)
+
+    def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
+        _method_lines(ax, sub, "ratio", colours)
+        ax.axhline(1.0, color="black", lw=0.8, ls=":")
+        ax.set_ylabel("time B / A")
+        ax.legend(fontsize=7)
+
+    uri = _backend_panels_over_dmodel(df, draw)
     return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", uri)
