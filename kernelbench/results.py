@@ -135,6 +135,17 @@ def upgrade_row(row: dict) -> dict:
     return row
 
 
+def third_party_label(rows: pd.DataFrame, detail: bool = True) -> str:
+    """`` (third-party: plugin kb-int8-numpy 0.1.0)`` (or `` (third-party)`` without
+    ``detail``) when ``rows``' backend did not come with kernelbench; ``""`` when it did."""
+    if "origin" not in rows:
+        return ""
+    origins = sorted({str(o) for o in rows["origin"].dropna()} - {"", "builtin"})
+    if not origins:
+        return ""
+    return f" (third-party: {'; '.join(origins)})" if detail else " (third-party)"
+
+
 class SchemaError(ValueError):
     """A results file that is not kernelbench results of a version this code can read."""
 
