@@ -145,8 +145,8 @@ def quantize_rows(x: torch.Tensor, mask: torch.Tensor | None, cols: torch.Tensor
     return q, amax, vals
 
 
-def gemm(a: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
-    """``a`` (m, k) int8 times packed (n, k) weights, transposed: int32 (m, n), exact."""
+def _check_gemm_operands(a: torch.Tensor, packed: torch.Tensor, n: int) -> tuple[int, int]:
+    """Check ``a`` (m, k) int8 against packed (n, k) weights; return (m, k)."""
     _check_cpu(a, packed)
     if a.dtype != torch.int8 or a.dim() != 2:
         raise InputError(f"a must be 2-D int8, got {a.dtype} {tuple(a.shape)}")
@@ -154,6 +154,12 @@ def gemm(a: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
     if k == 0:
         raise InputError("k must be >= 1")
     _check_packed(packed, n, k)
+    return m, k
+
+
+def gemm(a: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
+    """``a`` (m, k) int8 times packed (n, k) weights, transposed: int32 (m, n), exact."""
+    m, k = _check_gemm_operands(a, packed, n)
     _sync_threads()
     c = torch.empty((m, n), dtype=torch.int32)
     if m:
@@ -190,8 +196,15 @@ def _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w
     return c
 
 
-def _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c) -> tuple:
-    return (
+def _epilogue_out(
+    m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, out_dtype
+) -> tuple[torch.Tensor, int, tuple]:
+    """Check the epilogue operands of an (m, n) product; return the output tensor, its dtype
+    code and the epilogue's pointer arguments."""
+    c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
+    out = torch.empty((m, n), dtype=out_dtype)
+    code = _float_code(out, "out")
+    ptrs = (
         row_absmax.data_ptr(),
         col_absmax.data_ptr(),
         bias_f32.data_ptr() if bias_f32 is not None else 0,
@@ -199,6 +212,7 @@ def _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c) ->
         outlier_w.data_ptr() if c else 0,
         c,
     )
+    return out, code, ptrs
 
 
 def dequantize(
@@ -217,12 +231,10 @@ def dequantize(
     if acc.dtype != torch.int32 or acc.dim() != 2:
         raise InputError(f"acc must be 2-D int32, got {acc.dtype} {tuple(acc.shape)}")
     m, n = acc.shape
-    c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
-    out = torch.empty((m, n), dtype=out_dtype)
-    code = _float_code(out, "out")
+    epilogue = (row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
+    out, code, ptrs = _epilogue_out(m, n, *epilogue, out_dtype)
     _sync_threads()
     if m:
-        ptrs = _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c)
         _ext.dequantize(acc.data_ptr(), m, n, *ptrs, out.data_ptr(), code)
     return out
 
@@ -240,18 +252,10 @@ def linear(
 ) -> torch.Tensor:
     """:func:`gemm` then :func:`dequantize` in one kernel, the same numbers bit for bit: each
     tile of int32 sums is dequantized while it is in cache (no (m, n) int32 product)."""
-    _check_cpu(a, packed)
-    if a.dtype != torch.int8 or a.dim() != 2:
-        raise InputError(f"a must be 2-D int8, got {a.dtype} {tuple(a.shape)}")
-    m, k = a.shape
-    if k == 0:
-        raise InputError("k must be >= 1")
-    _check_packed(packed, n, k)
-    c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
-    out = torch.empty((m, n), dtype=out_dtype)
-    code = _float_code(out, "out")
+    m, k = _check_gemm_operands(a, packed, n)
+    epilogue = (row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
+    out, code, ptrs = _epilogue_out(m, n, *epilogue, out_dtype)
     _sync_threads()
     if m:
-        ptrs = _epilogue_ptrs(row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, c)
         _ext.linear(a.data_ptr(), m, k, packed.data_ptr(), n, *ptrs, out.data_ptr(), code)
     return out
