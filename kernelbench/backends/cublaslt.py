@@ -22,7 +22,6 @@ import torch
 from kernelbench import cuda_ext, quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
 from kernelbench.backends.custom_cuda import gemm_shape_rule
-from kernelbench.checks import check_weight
 from kernelbench.padding import gemm_weight, pad_prepared, padded_gemm, padded_shape
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
@@ -54,15 +53,8 @@ class CublasLtBackend(Backend):
         r.variant = padded_shape(k, n, cuda_ext.GEMM_DIM_MULTIPLE).describe()
         return r
 
-    def prepare_weight(
-        self,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        cfg: QuantConfig,
-        kept_rows: torch.Tensor | None = None,
-    ) -> PreparedWeight:
-        check_weight(weight, bias)
-        pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
+    def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> PreparedWeight:
+        pw = super().prepare_weight(weight, bias, cfg, kept_rows)
         return pad_prepared(pw, cuda_ext.GEMM_DIM_MULTIPLE)
 
     def quantize(

@@ -20,7 +20,7 @@ import torch
 
 from kernelbench import cpu_ext, quant
 from kernelbench.backends.base import Availability, Backend
-from kernelbench.checks import InputError, check_weight
+from kernelbench.checks import InputError
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 try:  # the CUDA half is optional (module written alongside the CUDA extension)
@@ -78,8 +78,7 @@ class CustomBackend(Backend):
         return t.device.type == "cuda"
 
     def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> PreparedWeight:
-        check_weight(weight, bias)
-        pw = quant.prepare_weight(weight, bias, cfg, kept_rows)
+        pw = super().prepare_weight(weight, bias, cfg, kept_rows)
         if self._is_cuda(weight):
             # int8 (n, k) row-major is the layout the cuBLASLt "TN" GEMM reads (zero-padded to
             # multiples of 16 where needed)

@@ -37,7 +37,6 @@ import torch
 from kernelbench import cutlass_ext, quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
 from kernelbench.backends.custom_cuda import CustomCudaOps
-from kernelbench.checks import check_weight
 from kernelbench.padding import (
     PaddedWeight,
     extend_weight,
@@ -103,15 +102,8 @@ class CutlassBackend(Backend):
 
     # --- stages ----------------------------------------------------------------------------
 
-    def prepare_weight(
-        self,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        cfg: QuantConfig,
-        kept_rows: torch.Tensor | None = None,
-    ) -> PreparedWeight:
-        check_weight(weight, bias)
-        pw = self.ops.prepare(quant.prepare_weight(weight, bias, cfg, kept_rows))
+    def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> PreparedWeight:
+        pw = self.ops.prepare(super().prepare_weight(weight, bias, cfg, kept_rows))
         n_p = pw.gemm_int8.shape[0]
         return extend_weight(
             CutlassWeight,
