@@ -19,44 +19,21 @@ from typer.testing import CliRunner
 
 from kernelbench.cli import app
 from kernelbench.compare import Comparison, RowComparison, render
-from kernelbench.results import ENV_FILE, RESULTS_FILE, SETTINGS_KEY, ResultRow, ResultsWriter
+from kernelbench.results import ENV_FILE, RESULTS_FILE, SETTINGS_KEY, ResultsWriter
 
 runner = CliRunner()
 TINY = ["--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods", "fp16"]
 TINY += ["--device", "cpu", "--no-report"]
 
 
-def a_row(method: str = "fp16", **kw) -> ResultRow:
-    fields = dict(
-        case="gpt3",
-        size="125M",
-        d_model=768,
-        layer="ffn1",
-        tokens=8,
-        m=8,
-        k=768,
-        n=3072,
-        dist="outliers",
-        seed=1,
-        backend="torch",
-        method=method,
-        device="cpu",
-        device_class="cpu-test",
-        dtype="bfloat16",
-        median_ms=1.0,
-        speedup=1.0,
-    )
-    fields.update(kw)
-    return ResultRow(**fields)
-
-
 @pytest.fixture
-def previous(tmp_path: Path) -> Path:
+def previous(tmp_path: Path, row_factory) -> Path:
     """A run directory holding an earlier run (rows and env.json with its settings)."""
     out = tmp_path / "run"
     writer = ResultsWriter(out)
-    writer.append(a_row())
-    writer.append(a_row("int8_raw", status="skipped", reason="does [/] not [cpu] apply"))
+    writer.append(row_factory("fp16", "torch"))
+    reason = "does [/] not [cpu] apply"
+    writer.append(row_factory("int8_raw", "torch", status="skipped", reason=reason))
     settings = {"alpha": 6.0, "dist": None, "outlier_cmp": ">"}
     (out / ENV_FILE).write_text(json.dumps({"schema_version": 2, SETTINGS_KEY: settings}))
     return out

@@ -271,36 +271,15 @@ def test_cli_run_show_and_resume(tmp_path):
     assert bad.exit_code == 2 and "no model dimension 999" in bad.output
 
 
-def test_resume_retries_rows_skipped_over_budget(tmp_path):
-    from kernelbench.results import ResultRow
-
+def test_resume_retries_rows_skipped_over_budget(tmp_path, row_factory):
     writer = ResultsWriter(tmp_path)
-    common = dict(
-        case="gpt3",
-        size="125M",
-        d_model=768,
-        layer="ffn1",
-        tokens=8,
-        m=8,
-        k=768,
-        n=3072,
-        dist="outliers",
-        seed=1,
-        device="cpu",
-        device_class="cpu-x",
-        dtype="bfloat16",
-        backend="torch",
-    )
-    writer.append(ResultRow(method="fp16", **common))
-    writer.append(
-        ResultRow(
-            method="int8_raw", status="skipped", skip_kind="over_budget", reason="99 s", **common
-        )
-    )
-    writer.append(
-        ResultRow(method="vectorwise", status="skipped", reason="same computation", **common)
-    )
-    writer.append(ResultRow(method="llm_int8", status="failed", reason="boom", **common))
+    writer.append(row_factory("fp16", "torch"))
+    over = dict(skip_kind="over_budget", reason="99 s")
+    writer.append(row_factory("int8_raw", "torch", status="skipped", **over))
+    # a row written without a kind: kept, as its reason does not say "over budget"
+    kindless = dict(skip_kind=None, reason="same computation")
+    writer.append(row_factory("vectorwise", "torch", status="skipped", **kindless))
+    writer.append(row_factory("llm_int8", "torch", status="failed", reason="boom"))
     assert {k[5] for k, _round in writer.done_keys()} == {"fp16", "vectorwise"}
 
 
