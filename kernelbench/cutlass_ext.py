@@ -184,7 +184,7 @@ def check_fused_operands(
         _check_tensor(out, "out", (out_dtype,), (m, n))
     why = check_shape_rule(m, k, n)
     _require(why is None, why or "")
-    for name, t in (
+    named = [
         ("a", a),
         ("b", b),
         ("row_absmax", row_absmax),
@@ -192,19 +192,10 @@ def check_fused_operands(
         ("bias", bias),
         ("outlier", outlier),
         ("out", out),
-    ):
+    ]
+    for name, t in named:
         _check_aligned(t, name)
-    return _check_device(
-        [
-            ("a", a),
-            ("b", b),
-            ("row_absmax", row_absmax),
-            ("col_scale", col_scale),
-            ("bias", bias),
-            ("outlier", outlier),
-            ("out", out),
-        ]
-    )
+    return _check_device(named)
 
 
 def fused_int8_linear(
