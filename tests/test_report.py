@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import make_row
 
 from kernelbench.report import write_report
 from kernelbench.results import ENV_FILE, ResultRow, ResultsWriter, load_results
@@ -101,47 +102,23 @@ def make_rows(faster: float = 1.0) -> list[ResultRow]:
                             weight_bytes_16bit=d * 4 * d * 2,
                         )
                     )
+    over = f"over the time budget {EVIL}"
     rows.append(
-        ResultRow(
-            case="gpt3",
-            size="175B",
+        make_row(
+            "llm_int8",
+            "custom",
             d_model=12288,
-            layer="ffn1",
             tokens=8192,
-            m=8192,
-            k=12288,
-            n=49152,
-            dist="outliers",
-            seed=0,
-            backend="custom",
-            method="llm_int8",
-            device="cpu",
             device_class=DEVICE_CLASS,
-            dtype="bfloat16",
             status="skipped",
-            reason=f"over the time budget {EVIL}",
+            skip_kind=None,
+            reason=over,
         )
     )
+    no_cuda = f"RuntimeError: no CUDA device & {EVIL}"
+    cuda = dict(device="cuda", device_class="cuda-none", dtype="float16")
     rows.append(
-        ResultRow(
-            case="gpt3",
-            size="125M",
-            d_model=768,
-            layer="ffn1",
-            tokens=2048,
-            m=2048,
-            k=768,
-            n=3072,
-            dist="outliers",
-            seed=0,
-            backend="cublaslt",
-            method="vectorwise",
-            device="cuda",
-            device_class="cuda-none",
-            dtype="float16",
-            status="failed",
-            reason=f"RuntimeError: no CUDA device & {EVIL}",
-        )
+        make_row("vectorwise", "cublaslt", tokens=2048, status="failed", reason=no_cuda, **cuda)
     )
     return rows
 
