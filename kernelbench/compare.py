@@ -46,6 +46,7 @@ from kernelbench.results import (
     RESULTS_FILE,
     SCHEMA_VERSION,
     SchemaError,
+    load_env,
     read_run_rows,
 )
 from kernelbench.verdict import MIN_SPREAD_SAMPLES, speed_verdict  # noqa: F401
@@ -161,18 +162,11 @@ def load_run(path: Path) -> LoadedRun:
     for i, row in enumerate(rows, 1):
         _check_row(results, i, row)
     keyed = {tuple(r.key()): dataclasses.asdict(r) for r in pool_rows(rows)}
-    env_path = results.parent / ENV_FILE
-    env: dict = {}
-    if env_path.exists():
-        try:
-            env = json.loads(env_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SchemaError(f"{env_path}: not readable JSON ({exc})") from None
-        if not isinstance(env, dict):
-            raise SchemaError(f"{env_path}: not a JSON object")
-        version = env.get("schema_version", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION and version not in READABLE_OLD_VERSIONS:
-            raise SchemaError(f"{env_path}: schema_version {version!r} is not {SCHEMA_VERSION}")
+    env = load_env(results.parent)
+    version = env.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION and version not in READABLE_OLD_VERSIONS:
+        env_path = results.parent / ENV_FILE
+        raise SchemaError(f"{env_path}: schema_version {version!r} is not {SCHEMA_VERSION}")
     return LoadedRun(results, keyed, env, len(rows) - len(keyed))
 
 
