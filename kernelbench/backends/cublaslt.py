@@ -21,7 +21,7 @@ import torch
 
 from kernelbench import cuda_ext, quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
-from kernelbench.backends.custom_cuda import gemm_shape_rule
+from kernelbench.backends.custom_cuda import cuda_availability, gemm_shape_rule
 from kernelbench.padding import gemm_weight, pad_prepared, padded_gemm, padded_shape
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
@@ -36,12 +36,7 @@ class CublasLtBackend(Backend):
         self.gemm = gemm or cuda_ext.int8_gemm
 
     def availability(self, device: torch.device) -> Availability:
-        device = torch.device(device)
-        reason = cuda_ext.unavailable_reason()
-        if device.type != "cuda":
-            why = f"cuBLASLt runs on CUDA devices only, not {device.type!r}"
-            return Availability.no(f"{why}; {reason}" if reason else why)
-        return Availability.no(reason) if reason else Availability.yes()
+        return cuda_availability(device, "cuBLASLt runs")
 
     def supports(self, method, device, dtype, m, k, n) -> Availability:
         avail = super().supports(method, device, dtype, m, k, n)

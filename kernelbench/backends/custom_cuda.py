@@ -27,6 +27,17 @@ from kernelbench.padding import PaddedWeight, gemm_weight, pad_prepared
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 
+def cuda_availability(device: torch.device | str, what: str) -> Availability:
+    """Whether the CUDA extension's kernels run on ``device``; ``what`` starts the reason
+    given for a device that is not CUDA (e.g. "cuBLASLt runs")."""
+    device = torch.device(device)
+    reason = cuda_ext.unavailable_reason()
+    if device.type != "cuda":
+        why = f"{what} on CUDA devices only, not {device.type!r}"
+        return Availability.no(f"{why}; {reason}" if reason else why)
+    return Availability.no(reason) if reason else Availability.yes()
+
+
 def gemm_shape_rule(dtype: torch.dtype, k: int, n: int) -> Availability:
     """The layer rule of a CUDA int8 path that pads k and n to 16 (any shape within int32)."""
     if dtype not in cuda_ext.SIXTEEN_BIT:
@@ -45,12 +56,7 @@ class CustomCudaOps:
         self.gemm = gemm or cuda_ext.int8_gemm
 
     def availability(self, device: torch.device | str = "cuda") -> Availability:
-        device = torch.device(device)
-        reason = cuda_ext.unavailable_reason()
-        if device.type != "cuda":
-            why = f"the CUDA kernels run on CUDA devices only, not {device.type!r}"
-            return Availability.no(f"{why}; {reason}" if reason else why)
-        return Availability.no(reason) if reason else Availability.yes()
+        return cuda_availability(device, "the CUDA kernels run")
 
     def supports(self, dtype: torch.dtype, m: int, k: int, n: int) -> Availability:
         """Any m, k, n within the int32 accumulator (k, n padded to 16 for cuBLASLt)."""
