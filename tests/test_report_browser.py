@@ -93,7 +93,7 @@ def test_dom_rendered(reports, tmp_path):
     assert console_errors(proc.stderr) == []
     for marker in ('id="environment"', 'class="section-app-d1"', 'id="problems"'):
         assert marker in dom
-    assert dom.count("<img ") == 5
+    assert dom.count("<img ") == 6  # speedup vs d, vs tokens, heatmaps, stages, error, memory
     assert "<script" not in dom.lower()
 
 
