@@ -2,8 +2,9 @@
 
 Each peak is the best throughput of any single call over a few large square-ish GEMMs (every
 backend that runs ``int8_raw`` here is tried for int8; torch's matmul for 16-bit and fp32), and
-bandwidth is the best of a large tensor copy (bytes read plus written) or read-only sum. The best call, not the
-median: a peak is what the device can do, and on a shared machine a median measures the load.
+bandwidth is the best of a large tensor copy (bytes read plus written) or read-only sum. The
+best call, not the median: a peak is what the device can do, and on a shared machine a median
+measures the load.
 The figures are cached per device class (``$KERNELBENCH_CACHE`` or ``~/.cache/kernelbench``)
 and copied into every run's ``env.json``, where :mod:`kernelbench.physics` reads them as each
 row's roofline.
