@@ -305,7 +305,7 @@ def run(
 
     req = RunRequest(
         chosen, case, _csv(backends), _csv(methods), layer, dist, activations, device, out,
-        resume, alpha, outlier_cmp, outlier_weights, executor, address,
+        resume, alpha, outlier_cmp, outlier_weights, executor, address, dims is not None,
     )  # fmt: skip
     run_sweep(req, no_report)
 

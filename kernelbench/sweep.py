@@ -42,6 +42,18 @@ class RunRequest:
     outlier_weights: str
     executor: str
     address: str | None
+    #: --sizes named model dims; otherwise a profile's sizes are a preference (see _sizes).
+    sizes_given: bool = False
+
+
+def _sizes(req: RunRequest, case) -> tuple[int, ...] | None:
+    """The model dims to run: the user's, or the profile's that the case has (a profile's
+    CI-sized dims are GPT-3's), else the case's two smallest."""
+    wanted = req.profile.sizes
+    if wanted is None or req.sizes_given:
+        return wanted
+    dims = sorted({s.d_model for s in case.sizes})
+    return tuple(d for d in wanted if d in dims) or tuple(dims[:2])
 
 
 def _settings(req: RunRequest, dclass: str, threads: int) -> dict:
@@ -97,7 +109,7 @@ def _prepare(req: RunRequest) -> _Prepared:
         dev = resolve_device(req.device) if local else torch.device("cpu")
         opts = RunOptions(
             case=the_case.name,
-            sizes=p.sizes,
+            sizes=_sizes(req, the_case),
             tokens=p.tokens,
             layer=req.layer,
             dist=req.dist,

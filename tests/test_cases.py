@@ -93,3 +93,24 @@ def test_block_row_sums_the_layers_and_weighs_their_speedups_by_time():
     # a method missing one layer (skipped, failed) gets no block row
     skipped = dataclasses.replace(rows[1], status="skipped", median_ms=None)
     assert block_rows([rows[0], skipped]) == []
+
+
+def test_quick_profile_sizes_fall_back_to_what_the_case_has():
+    from pathlib import Path
+
+    from kernelbench import profiles
+    from kernelbench.sweep import RunRequest, _sizes
+
+    def request(case: str, dims=None) -> RunRequest:
+        chosen = profiles.resolve("quick", sizes=dims)
+        return RunRequest(
+            chosen, case, None, None, "all", None, None, "cpu", Path("x"), False, 6.0, ">",
+            "fp16", "local", None, dims is not None,
+        )  # fmt: skip
+
+    assert _sizes(request("gpt3"), load_case("gpt3")) == (768, 1024, 2048)
+    assert _sizes(request("opt"), load_case("opt")) == (768, 1024, 2048)
+    assert _sizes(request("llama"), load_case("llama")) == (4096, 5120)  # its two smallest
+    assert _sizes(request("llama", (999,)), load_case("llama")) == (
+        999,
+    )  # the user's: checked later
