@@ -43,13 +43,13 @@ from kernelbench.results import (
     ENV_FILE,
     KEY_COLUMNS,
     READABLE_OLD_VERSIONS,
-    RESULTS_FILE,
     SCHEMA_VERSION,
     SchemaError,
     load_env,
     read_run_rows,
+    results_path,
 )
-from kernelbench.verdict import MIN_SPREAD_SAMPLES, speed_verdict  # noqa: F401
+from kernelbench.verdict import speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
 #: deterministic, so for fixed seeds and one device class ``rel_error`` repeats bit for bit; the
@@ -136,10 +136,6 @@ class LoadedRun:
         return {k[KEY_COLUMNS.index("device_class")] for k in self.rows}
 
 
-def _results_path(path: Path) -> Path:
-    return path / RESULTS_FILE if path.is_dir() else path
-
-
 def _check_row(path: Path, i: int, row: dict) -> None:
     for c in KEY_COLUMNS:
         if not isinstance(row[c], (str, int)) or isinstance(row[c], bool):
@@ -157,7 +153,7 @@ def _check_row(path: Path, i: int, row: dict) -> None:
 def load_run(path: Path) -> LoadedRun:
     """One pooled row per key (the rounds of a run, and ``--resume`` retries, pooled)."""
     path = Path(path)
-    results = _results_path(path)
+    results = results_path(path)
     rows = read_run_rows(results, strict=True).rows  # a gate reads complete runs only
     for i, row in enumerate(rows, 1):
         _check_row(results, i, row)

@@ -32,12 +32,12 @@ from kernelbench.core import BASELINE, work_flops
 from kernelbench.results import (
     ENV_FILE,
     KEY_COLUMNS,
-    RESULTS_FILE,
     ResultRow,
     ResultsWriter,
     SchemaError,
     load_env,
     read_rows,
+    results_path,
 )
 from kernelbench.statistics import median_interval, round_weights, stats, weighted_quantile
 
@@ -59,7 +59,7 @@ def row_key(row: dict) -> tuple:
 
 
 def _read_run(path: Path) -> list[dict]:
-    results = path / RESULTS_FILE if path.is_dir() else path
+    results = results_path(path)
     rows = read_rows(results)
     if not rows:
         raise SchemaError(f"{results}: no result rows")

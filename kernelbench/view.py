@@ -14,7 +14,7 @@ import pandas as pd
 
 from kernelbench.merge import pool_rows
 from kernelbench.physics import annotate, peaks
-from kernelbench.results import ResultRow, SchemaError, load_env, read_rows
+from kernelbench.results import ResultRow, SchemaError, load_env, read_rows, results_path
 
 #: The interval target of runs whose env.json does not record one.
 DEFAULT_CI_TARGET = 0.05
@@ -41,8 +41,7 @@ def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
 
 def load_view(run_dir: str | Path) -> pd.DataFrame:
     """A run directory (or its results.jsonl) as its pooled, annotated view."""
-    path = Path(run_dir)
-    results = path / "results.jsonl" if path.is_dir() else path
+    results = results_path(run_dir)
     rows = read_rows(results)
     if not rows:
         raise SchemaError(f"{results}: no result rows")
