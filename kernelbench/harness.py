@@ -1,14 +1,15 @@
 """The sweep pipeline: case -> work items -> inputs -> method runners -> timing + accuracy -> rows.
 
-:func:`plan` expands a case and the user's choices into :class:`WorkItem` s (one per cell: size,
-layer, tokens); :func:`measure_cell` draws the cell's inputs once and measures every (backend,
-method) pair on them, yielding :class:`ResultRow` s as they are measured. The caller (an
-executor, the CLI) writes each row as it arrives. Nothing here knows how rows are stored or shown.
+:func:`plan` expands a case and the user's choices into :class:`WorkItem` s (one per cell and
+round: size, layer, tokens); :func:`measure_cell` draws the cell's inputs once and measures every
+(backend, method) pair on them, yielding :class:`ResultRow` s as they are measured. The caller
+(an executor, the CLI) writes each row as it arrives. Nothing here knows how rows are stored or
+shown; timing one row is :mod:`kernelbench.measure`'s.
 
-Per cell, the device's 16-bit baseline (``torch`` ``fp16``) and ``fp32`` are measured first so
-every later row carries its speedup; accuracy is measured against the float64 exact product on
-up to ``error_rows`` output rows (all of them when m is smaller; the rows are drawn with the
-cell's seed), which keeps the float64 oracle affordable at 175B shapes on a 2-core CPU.
+Per cell, the device's 16-bit baseline (``torch`` ``fp16``) is measured first, and every later
+row is timed in alternation with it; in round 0, accuracy is measured against the float64 exact
+product on up to ``error_rows`` output rows (all of them when m is smaller; the rows are drawn
+with the cell's seed), which keeps the float64 oracle affordable at 175B shapes on a 2-core CPU.
 
 Rows whose single call is estimated (from the same backend and method on the previous, smaller
 cell of this run) to take longer than ``max_call_s`` are recorded as ``skipped`` with that
