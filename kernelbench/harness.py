@@ -2,12 +2,13 @@
 
 :func:`plan` expands a case and the user's choices into :class:`WorkItem` s (one per cell and
 round: size, layer, tokens); :func:`measure_cell` draws the cell's inputs once and measures every
-(backend, method) pair on them, yielding :class:`ResultRow` s as they are measured. The caller
-(an executor, the CLI) writes each row as it arrives. Nothing here knows how rows are stored or
-shown; timing one row is :mod:`kernelbench.measure`'s.
+(backend, method) pair on them, yielding the cell's :class:`ResultRow` s once it is measured. The
+caller (an executor, the CLI) writes each row as it arrives. Nothing here knows how rows are
+stored or shown; timing is :mod:`kernelbench.measure`'s.
 
-Per cell, the device's 16-bit baseline (``torch`` ``fp16``) is measured first, and every later
-row is timed in alternation with it; in round 0, accuracy is measured against the float64 exact
+Per cell, every row's runner is built and called once (its first call), then the engine times all
+rows in cycles around the device's 16-bit baseline (``torch`` ``fp16``), each sample paired with
+the baseline around it; in round 0, accuracy is measured against the float64 exact
 product on up to ``error_rows`` output rows (all of them when m is smaller; the rows are drawn
 with the cell's seed), which keeps the float64 oracle affordable at 175B shapes on a 2-core CPU.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,39 +244,34 @@ def measure_cell(
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
-    cell = _Cell(times={}, baseline_error=None, baseline_fn=None)
-
+    cell = _Cell(times={}, baseline_error=None)
+    inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    ready: list[_Prepared] = []
+    rows: list[ResultRow] = []  # in measuring order, filled in place
     for backend_name, method in todo:
         row = base_row(item, case, backend_name, method, device, dclass)
         row.seed, row.round = inputs.seed, item.round
         row.planted_outlier_cols = inputs.planted_outliers
         row.flops, row.bytes = flops, work_bytes(method, m, k, n)
+        rows.append(row)
         skip = _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator)
         if skip is not None:
             row.status, (row.skip_kind, row.reason) = "skipped", skip
-            yield _stamp(row)
             continue
         try:
-            _measure_row(
-                row,
-                all_backends()[backend_name],
-                inputs,
-                opts,
-                engine,
-                check,
-                cell,
-                kept_rows,
-                device,
-            )
-            estimator.record((backend_name, method), flops, row.median_ms / 1e3, item.size.d_model)
+            warm_s = _warm_enough(item, (backend_name, method), flops, estimator)
+            setup = (opts, engine, check, kept_rows, device)
+            backend = all_backends()[backend_name]
+            ready.append(_prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s))
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
-            row.status = "failed"
-            row.reason = f"{type(exc).__name__}: {exc}"[:500]
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        if (backend_name, method) == BASELINE and not pending(*BASELINE):
-            continue
-        yield _stamp(row)
+            _fail(row, f"{type(exc).__name__}: {exc}", device)
+    _measure_prepared(ready, engine, cell, inputs.seed, device)
+    for p in ready:
+        if p.row.status == "ok":
+            estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model)
+    for row in rows:
+        if (row.backend, row.method) != BASELINE or pending(*BASELINE):
+            yield _stamp(row)
 
 
 def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator):
@@ -295,13 +291,47 @@ def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, esti
     return None
 
 
+#: In rounds after the first, a row whose call this run measured at this many seconds or more
+#: skips its separate first call: its calls in the cycles are warm enough, and at 175B shapes
+#: a first call per row and round costs a minute of a 2-core machine's time.
+LONG_CALL_S = 1.0
+
+
 @dataclass
 class _Cell:
     """What the rows of one cell share while it is measured."""
 
     times: dict[tuple[str, str], float]  # median ms of each measured (backend, method)
     baseline_error: float | None
-    baseline_fn: Callable[[], object] | None  # the 16-bit baseline's call, to pair with
+
+
+@dataclass
+class _Prepared:
+    """A row whose runner is built and warm, waiting for the cell's cycles."""
+
+    row: ResultRow
+    runner: Runner
+    warmed_s: float  # seconds of calls it already had (its first call, or the estimate)
+    with_stages: bool
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.row.backend, self.row.method)
+
+
+def _warm_enough(item, key, flops, estimator: CallEstimator) -> float | None:
+    """Seconds of warm-up a row may count as done without a first call, or ``None``: it needs
+    one (round 0 always does: its output is checked for accuracy)."""
+    if item.round == 0:
+        return None
+    est = estimator.estimate(key, flops)
+    return est[0] if est is not None and est[0] >= LONG_CALL_S else None
+
+
+def _fail(row: ResultRow, reason: str, device: torch.device) -> None:
+    row.status, row.reason = "failed", reason[:500]
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 class _AccuracyCheck:
@@ -324,42 +354,74 @@ class _AccuracyCheck:
         return oracle.rel_frobenius(got, ref.cpu()), oracle.max_abs_error(got, ref.cpu())
 
 
-def _measure_row(row, backend, inputs, opts, engine, check, cell: _Cell, kept_rows, device):
-    """Fill ``row`` with the method's accuracy (round 0) and its measurement."""
-    method = row.method
+def _prepare_row(row, backend, inputs, setup, inputs_bytes: int, warm_s: float | None):
+    """Build the row's runner and make its first call (in round 0 checked against the oracle);
+    with ``warm_s``, skip the first call and count that much warm-up as done."""
+    opts, engine, check, kept_rows, device = setup
     if device.type == "cuda":
+        before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
     runner: Runner = backend.runner(
-        method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
+        row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
     )
-    y, first_call_s = engine.first_call(runner.run)
-    if check is not None:
-        row.rel_error, row.max_abs_error = check.errors(runner, y)
+    if warm_s is None:
+        y, warm_s = engine.first_call(runner.run)
+        if check is not None:
+            row.rel_error, row.max_abs_error = check.errors(runner, y)
+        del y
     row.outlier_cols = runner.outlier_cols
     row.weight_bytes = runner.weight_bytes
     row.variant, row.compile_s = runner.variant, runner.compile_seconds
-    del y
-    is_baseline = (row.backend, row.method) == BASELINE
-    known: dict[str, float] = {}
-    raw_ms = cell.times.get((row.backend, "int8_raw"))
-    if raw_ms is not None and method != "int8_raw":
-        known["int8_matmul"] = raw_ms  # the same GEMM, measured as int8_raw
-    meas = engine.measure(
-        runner.run,
-        first_call_s,
-        baseline=None if is_baseline else cell.baseline_fn,
-        stages=runner.stages if check is not None else None,
-        known_stages_ms=known,
-    )
-    _fill_row(row, meas, cell, is_baseline)
-    if is_baseline:
-        cell.baseline_error = row.rel_error
-        cell.baseline_fn = runner.run
-    if method == "int8_raw" and "int8_matmul" in row.stages_ms:
-        row.stages_ms["int8_matmul"] = row.median_ms
-    cell.times[(row.backend, row.method)] = row.median_ms
     if device.type == "cuda":
-        row.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
+        peak = torch.cuda.max_memory_allocated(device) - before
+        row.peak_mem_bytes = int(inputs_bytes + peak)
+    return _Prepared(row, runner, warm_s, with_stages=check is not None)
+
+
+def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, device) -> None:
+    """Time the cell's rows in cycles around the baseline, then their stages; fill the rows."""
+    base = next((p for p in ready if p.key == BASELINE), None)
+    others = [p for p in ready if p is not base]
+    try:
+        meas = engine.measure_cell(
+            {p.key: p.runner.run for p in others},
+            baseline=base.runner.run if base else None,
+            warmed_s={p.key: p.warmed_s for p in others},
+            baseline_warmed_s=base.warmed_s if base else 0.0,
+            seed=seed,
+        )
+    except Exception as exc:  # noqa: BLE001 - the baseline failed: so does every pairing
+        for p in ready:
+            _fail(p.row, f"baseline call failed: {type(exc).__name__}: {exc}", device)
+        return
+    if base is not None:
+        _fill_row(base.row, meas.baseline, cell, is_baseline=True)
+        cell.baseline_error = base.row.rel_error
+    for p in others:
+        if p.key in meas.failed:
+            _fail(p.row, meas.failed[p.key], device)
+        else:
+            _fill_row(p.row, meas.rows[p.key], cell, is_baseline=False)
+    for p in ready:
+        if p.row.status == "ok":
+            cell.times[p.key] = p.row.median_ms
+    for p in ready:
+        if p.row.status == "ok" and p.with_stages:
+            _time_stages(p, engine, cell)
+        p.row.baseline_rel_error = cell.baseline_error
+
+
+def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:
+    known: dict[str, float] = {}
+    raw_ms = cell.times.get((p.row.backend, "int8_raw"))
+    if raw_ms is not None:
+        known["int8_matmul"] = raw_ms  # the same GEMM, measured as int8_raw
+    try:
+        p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known))
+    except Exception as exc:  # noqa: BLE001 - stages are a breakdown: their failure is noted
+        p.row.reason = f"stage timing failed: {type(exc).__name__}: {exc}"[:500]
+    if "int8_matmul" in p.row.stages_ms and p.row.method == "int8_raw":
+        p.row.stages_ms["int8_matmul"] = p.row.median_ms
 
 
 def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bool) -> None:
@@ -372,9 +434,7 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
     )
     row.rel_spread, row.samples, row.raw_ms = st.rel_spread, st.samples, list(meas.row_ms)
     row.throttled_samples = meas.throttled
-    row.stages_ms = dict(meas.stages_ms)
     row.tops = row.flops / (row.median_ms / 1e3) / 1e12
-    row.baseline_rel_error = cell.baseline_error
     if meas.paired:
         ratios = meas.ratios
         rs = stats(ratios)

@@ -1,26 +1,29 @@
-"""The measurement engine: everything about timing one row, and nothing about rows.
+"""The measurement engine: everything about timing the rows of one cell, and nothing about rows.
 
-Given a row's call (and, unless the row is the baseline itself, the cell's 16-bit baseline
-call), the engine warms up, times the two in alternation, decides when to stop, times the
-row's stages, and returns an immutable :class:`RowMeasurement`. The harness only copies that
-into a result row.
+Given the calls of a cell's rows and the cell's 16-bit baseline call, the engine warms up,
+times them in cycles, decides per row when to stop, times stages, and returns immutable
+:class:`RowMeasurement` s. The harness only copies them into result rows.
 
-Pairing. On a shared machine whose speed swings by 2x for a second at a time (seen on this
-project's CI VMs), two times taken seconds apart see different machines. So every row is timed
-in alternation with its baseline, one call of each per pair, the order flipped every pair, and
-its speedup is the median of the pairs' ratios: both calls of a pair see the same machine.
+Cycles and pairing. On a shared machine whose speed swings by 2x for a second at a time (seen on
+this project's CI VMs), two times taken seconds apart see different machines. So the rows of a
+cell are timed in cycles: a baseline call, then one call of each row still sampling (in a fresh
+shuffled order each cycle), then the next baseline call, which opens the next cycle. A row's
+sample is paired with the baseline interpolated (linearly, at the middle of the row's call)
+between the two baseline calls around it: the ratio sees the machine the row saw. One baseline
+call serves every row of a cycle, so pairing costs one baseline call per cycle, not per row.
 
-Stopping. A stopping rule is a small object that looks at the samples so far
+Stopping. A stopping rule is a small object that looks at one row's samples so far
 (:class:`SamplingState`) and says whether they are enough (nvbench's stopping criteria): a
-sample cap, a time budget, a spread target, a confidence-interval target. The engine stops as
-soon as any rule is met; the rules are tested on synthetic samples, and the engine itself takes
-an injected clock.
+sample cap, a time budget, a spread target, a confidence-interval target. A row leaves the
+cycles as soon as any of its rules is met; the cycles end when every row has left. The rules
+are tested on synthetic samples, and the engine itself takes an injected clock.
 """
 
 from __future__ import annotations
 
+import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -126,8 +129,9 @@ class TimerSettings:
 
 @dataclass(frozen=True)
 class RowMeasurement:
-    """One row's timing in one round. ``baseline_ms[i]`` was taken beside ``row_ms[i]``
-    (empty when the row is unpaired: the baseline itself)."""
+    """One row's timing in one round. ``baseline_ms[i]`` is the baseline interpolated at the
+    time of ``row_ms[i]`` (empty when the row is unpaired: the baseline itself, or a cell
+    without one)."""
 
     row_ms: tuple[float, ...]
     baseline_ms: tuple[float, ...] = ()
@@ -142,6 +146,51 @@ class RowMeasurement:
     @property
     def ratios(self) -> tuple[float, ...]:
         return tuple(b / r for b, r in zip(self.baseline_ms, self.row_ms, strict=True) if r > 0)
+
+
+@dataclass(frozen=True)
+class CellMeasurement:
+    """The rows of one cell in one round: each row's measurement, the baseline's own samples
+    (``None`` without a baseline) and the rows whose call raised (with the error)."""
+
+    rows: Mapping[Hashable, RowMeasurement]
+    baseline: RowMeasurement | None
+    failed: Mapping[Hashable, str]
+
+
+@dataclass
+class _Sampling:
+    """One row's samples while its cell is cycled."""
+
+    rules: StoppingRules
+    row_ms: list[float] = field(default_factory=list)
+    baseline_ms: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def samples(self) -> tuple[float, ...]:
+        if not self.baseline_ms:
+            return tuple(self.row_ms)
+        return tuple(
+            b / r if r > 0 else 0.0 for b, r in zip(self.baseline_ms, self.row_ms, strict=True)
+        )
+
+    def done(self) -> bool:
+        return self.rules.done(SamplingState(self.samples(), self.elapsed_s))
+
+
+def interpolated_baselines(
+    before_ms: float, after_ms: float, row_ms: Sequence[float]
+) -> list[float]:
+    """The baseline at the middle of each of ``row_ms`` (called in this order between a baseline
+    call of ``before_ms`` and one of ``after_ms``), interpolated linearly in time between the
+    middles of the two baseline calls."""
+    span = before_ms / 2 + sum(row_ms) + after_ms / 2
+    at, out = before_ms / 2, []
+    for ms in row_ms:
+        frac = (at + ms / 2) / span if span > 0 else 0.5
+        out.append(before_ms + (after_ms - before_ms) * frac)
+        at += ms
+    return out
 
 
 class MeasurementEngine:
@@ -170,6 +219,84 @@ class MeasurementEngine:
             call()
             self.timer.sync()
 
+    def measure_cell(
+        self,
+        calls: Mapping[Hashable, Call],
+        baseline: Call | None = None,
+        warmed_s: Mapping[Hashable, float] | None = None,
+        baseline_warmed_s: float = 0.0,
+        seed: int = 0,
+    ) -> CellMeasurement:
+        """Warm each call up (``warmed_s``: seconds of calls it already had), then sample the
+        rows in cycles around ``baseline`` until each row's stopping rules are met. Without
+        other rows, the baseline is sampled alone; without a baseline, the rows are unpaired."""
+        warmed = dict(warmed_s or {})
+        failed: dict[Hashable, str] = {}
+        if baseline is not None and not calls:
+            self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
+            alone = self._cycles({"baseline": baseline}, None, failed, seed)
+            if "baseline" in failed:
+                raise RuntimeError(failed["baseline"])
+            return CellMeasurement({}, alone["baseline"], MappingProxyType({}))
+        for key, call in calls.items():
+            try:
+                self._warm_up(call, warmed.get(key, 0.0), self.settings.warmup_s)
+            except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
+                failed[key] = _error_text(exc)
+        if baseline is not None:
+            self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
+        live = {k: c for k, c in calls.items() if k not in failed}
+        rows = self._cycles(live, baseline, failed, seed)
+        base = rows.pop(_BASELINE_KEY, None)
+        return CellMeasurement(MappingProxyType(rows), base, MappingProxyType(failed))
+
+    def _cycles(
+        self,
+        calls: Mapping[Hashable, Call],
+        baseline: Call | None,
+        failed: dict[Hashable, str],
+        seed: int,
+    ) -> dict[Hashable, RowMeasurement]:
+        order = random.Random(seed)
+        state = {key: _Sampling(self.settings.rules()) for key in calls}
+        active = list(calls)
+        base_samples: list[float] = []
+        before = self.timer(baseline) if baseline is not None else 0.0
+        while active:
+            order.shuffle(active)
+            timed: list[tuple[Hashable, float]] = []
+            for key in active:
+                try:
+                    timed.append((key, self.timer(calls[key])))
+                except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
+                    failed[key] = _error_text(exc)
+            if baseline is None:
+                for key, ms in timed:
+                    state[key].row_ms.append(ms)
+                    state[key].elapsed_s += ms / 1e3
+            else:
+                after = self.timer(baseline)
+                base_samples.append(before)
+                share = (before + after) / 2 / max(len(timed), 1)
+                interp = interpolated_baselines(before, after, [ms for _, ms in timed])
+                for (key, ms), base in zip(timed, interp, strict=True):
+                    state[key].row_ms.append(ms)
+                    state[key].baseline_ms.append(base)
+                    state[key].elapsed_s += (ms + share) / 1e3
+                before = after
+            active = [k for k in active if k not in failed and not state[k].done()]
+        out = {
+            key: RowMeasurement(
+                tuple(s.row_ms), tuple(s.baseline_ms), throttled=self.timer.throttled
+            )
+            for key, s in state.items()
+            if key not in failed
+        }
+        if baseline is not None:
+            base_samples.append(before)
+            out[_BASELINE_KEY] = RowMeasurement(tuple(base_samples), throttled=self.timer.throttled)
+        return out
+
     def measure(
         self,
         call: Call,
@@ -178,47 +305,46 @@ class MeasurementEngine:
         stages: Mapping[str, Call] | None = None,
         known_stages_ms: Mapping[str, float] | None = None,
     ) -> RowMeasurement:
-        """Warm up, then sample ``call`` (alternating with ``baseline`` when given) until the
-        stopping rules are met; then time each stage not in ``known_stages_ms``."""
-        self._warm_up(call, first_call_s, self.settings.warmup_s)
-        rules = self.settings.rules()
-        rows: list[float] = []
-        bases: list[float] = []
-        samples: list[float] = []
-        elapsed = 0.0
-        while not rules.done(SamplingState(tuple(samples), elapsed)):
-            if baseline is None:
-                r = self.timer(call)
-                samples.append(r)
-            else:
-                if len(rows) % 2:
-                    r, b = self.timer(call), self.timer(baseline)
-                else:
-                    b, r = self.timer(baseline), self.timer(call)
-                bases.append(b)
-                samples.append(b / r if r > 0 else 0.0)
-                elapsed += b / 1e3
-            rows.append(r)
-            elapsed += r / 1e3
-        stage_ms = dict(known_stages_ms or {})
-        for name, fn in (stages or {}).items():
-            if name not in stage_ms:
-                stage_ms[name] = self.time_alone(fn, self.stage_settings)
+        """One row on its own: :meth:`measure_cell` with that row only, then its stages."""
+        cell = self.measure_cell({"row": call}, baseline, {"row": first_call_s})
+        if "row" in cell.failed:
+            raise RuntimeError(cell.failed["row"])
+        meas = cell.rows["row"]
         return RowMeasurement(
-            tuple(rows),
-            tuple(bases),
+            meas.row_ms,
+            meas.baseline_ms,
             first_call_s,
-            MappingProxyType(stage_ms),
-            self.timer.throttled,
+            self.time_stages(stages or {}, known_stages_ms),
+            meas.throttled,
         )
 
+    def time_stages(
+        self, stages: Mapping[str, Call], known_ms: Mapping[str, float] | None = None
+    ) -> Mapping[str, float]:
+        """Median ms of each stage not in ``known_ms``, each timed on its own."""
+        stage_ms = dict(known_ms or {})
+        for name, fn in stages.items():
+            if name not in stage_ms:
+                stage_ms[name] = self.time_alone(fn, self.stage_settings)
+        return MappingProxyType(stage_ms)
+
     def time_alone(self, call: Call, settings: TimerSettings) -> float:
-        """Median ms of ``call`` timed on its own (stages: never printed as a ratio)."""
-        call()
-        self.timer.sync()
-        self._warm_up(call, 0.0, settings.warmup_s)
+        """Median ms of ``call`` timed on its own (stages: never printed as a ratio). A first
+        call longer than the budget is the one sample: a multi-second stage is not run twice."""
+        _, first_s = self.timer.seconds(call)
+        if first_s >= settings.budget_s:
+            return first_s * 1e3
+        self._warm_up(call, first_s, settings.warmup_s)
         rules = settings.rules()
         samples: list[float] = []
         while not rules.done(SamplingState(tuple(samples), sum(samples) / 1e3)):
             samples.append(self.timer(call))
         return stats(samples).median_ms
+
+
+#: The baseline's key among the rows of :meth:`MeasurementEngine._cycles` (never a row's key).
+_BASELINE_KEY = object()
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]

@@ -15,7 +15,7 @@ Per key (:data:`~kernelbench.results.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` 
 the statistics recomputed with each round weighing the same (a round whose calls converged after 5
 samples counts as much as one that took 45); stage times are the median of the rounds' stage times;
 ``baseline_ms``, ``speedup`` and ``tops`` are recomputed from the pooled medians
-of the same cell, except that a paired row (timed in alternation with its baseline,
+of the same cell, except that a paired row (timed in cycles with its baseline,
 :mod:`kernelbench.measure`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
 takes ``baseline_ms`` from those. Errors are deterministic for fixed seeds; should the rounds
 disagree, the largest is kept (never the flattering one). A key with no ``ok`` row keeps its last

@@ -74,8 +74,9 @@ class ResultRow:
     # 95% bootstrap confidence interval of ``speedup`` (over the pairs; None: fewer than 2 pairs)
     speedup_lo: float | None = None
     speedup_hi: float | None = None
-    # paired timing (timing.time_paired): the row's calls alternated with the 16-bit baseline's,
-    # so baseline_ms is the baseline's median over the same seconds as the row's median_ms
+    # paired timing (measure.py): each of the row's calls is paired with the 16-bit baseline
+    # interpolated between the baseline calls around it, so baseline_ms is the baseline's median
+    # over the same seconds as the row's median_ms
     paired: bool = False
     baseline_raw_ms: list[float] = field(default_factory=list)  # aligned with raw_ms
     paired_speedup: float | None = None  # median of the pairs' baseline / row ratios

@@ -187,6 +187,69 @@ def test_a_failing_backend_is_a_failed_row_and_the_sweep_goes_on(monkeypatch, tm
     assert rows[("exploding", "fp16")]["status"] == "skipped"
 
 
+class _FlakyBackend(Backend):
+    """Its runner builds and its first call works; its calls in the cycles then raise."""
+
+    name = "flaky"
+    methods = ("int8_raw",)
+
+    def availability(self, device):
+        return Availability.yes()
+
+    def runner(self, method, x, w, bias, cfg, **kw):
+        runner = all_backends()["torch"].runner(method, x, w, bias, cfg, **kw)
+        calls = iter(range(1))
+
+        def run():
+            if next(calls, None) is None:
+                raise RuntimeError("lost the device <mid-run>")
+            return runner.run()
+
+        return type(runner)(
+            run=run, returns_int32=True, operands=runner.operands, weight_bytes=runner.weight_bytes
+        )
+
+
+def test_a_row_failing_in_the_cycles_is_failed_and_its_cell_goes_on(monkeypatch):
+    backends = dict(all_backends())
+    backends["flaky"] = _FlakyBackend()
+    monkeypatch.setattr("kernelbench.harness.all_backends", lambda: backends)
+    case = load_case("gpt3")
+    opts = tiny_opts(backends=("torch", "flaky"), methods=("fp16", "int8_raw"))
+    (item,) = plan(case, opts)
+    from kernelbench.harness import CallEstimator
+
+    by = {(r.backend, r.method): r for r in measure_cell(item, case, opts, CallEstimator())}
+    assert by[("flaky", "int8_raw")].status == "failed"
+    assert "lost the device" in by[("flaky", "int8_raw")].reason
+    assert by[("torch", "int8_raw")].status == "ok" and by[("torch", "int8_raw")].paired
+    assert by[("torch", "fp16")].status == "ok"
+
+
+def test_later_rounds_skip_the_first_call_of_a_long_row_only(monkeypatch):
+    from kernelbench import harness
+
+    case = load_case("gpt3")
+    opts = tiny_opts(methods=("fp16", "int8_raw"), backends=("torch",), rounds=2)
+    first, later = plan(case, opts)
+    estimator = harness.CallEstimator()
+    list(measure_cell(first, case, opts, estimator))
+    seen = []
+    real = harness.MeasurementEngine.first_call
+    monkeypatch.setattr(
+        harness.MeasurementEngine,
+        "first_call",
+        lambda self, call: (seen.append(call), real(self, call))[1],
+    )
+    list(measure_cell(later, case, opts, estimator))
+    assert len(seen) == 2  # calls of milliseconds: each gets its first call
+    seen.clear()
+    monkeypatch.setattr(harness, "LONG_CALL_S", 0.0)  # as if every call took long
+    rows = list(measure_cell(later, case, opts, estimator))
+    assert seen == [] and all(r.status == "ok" and r.samples >= 1 for r in rows)
+    assert all(r.rel_error is None for r in rows)  # accuracy is round 0's
+
+
 def test_resume_skips_measured_rows_and_keeps_order(tmp_path):
     case = load_case("gpt3")
     opts = tiny_opts(methods=("fp16", "int8_raw"))

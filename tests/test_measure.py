@@ -14,6 +14,7 @@ from kernelbench.measure import (
     SpreadTarget,
     StoppingRules,
     TimerSettings,
+    interpolated_baselines,
 )
 from kernelbench.statistics import median_interval, rel_halfwidth, round_weights, stats
 from kernelbench.timing import CallTimer
@@ -95,10 +96,11 @@ def test_paired_ratio_holds_while_the_machine_speed_swings():
     assert meas.paired and len(meas.row_ms) == len(meas.baseline_ms) == 21
     assert max(meas.row_ms) == pytest.approx(2 * min(meas.row_ms))  # the machine did swing
     assert stats(meas.ratios).median_ms == pytest.approx(2.0)
-    assert sum(abs(r - 2.0) < 1e-9 for r in meas.ratios) >= 15  # only switch-over pairs differ
+    # only a sample next to a switch-over (its two baseline calls saw different machines) differs
+    assert sum(abs(r - 2.0) < 1e-9 for r in meas.ratios) >= 13
 
 
-def test_pairs_alternate_their_order_and_the_budget_counts_both_calls():
+def test_a_row_alone_is_bracketed_by_baseline_calls_and_the_budget_counts_both():
     machine = FakeMachine()
     order = []
     row, base = machine.call(10.0), machine.call(30.0)
@@ -106,8 +108,60 @@ def test_pairs_alternate_their_order_and_the_budget_counts_both_calls():
     meas = e.measure(
         lambda: (order.append("row"), row()), 1.0, baseline=lambda: (order.append("b"), base())
     )
-    assert len(meas.row_ms) == 5  # 5 pairs of 40 ms fill the 0.2 s budget
-    assert order[:4] == ["b", "row", "row", "b"]
+    assert len(meas.row_ms) == 5  # 5 samples of 10 ms + one 30 ms baseline each fill 0.2 s
+    assert order == ["b", "row"] * 5 + ["b"]
+    assert meas.baseline_ms == pytest.approx((30.0,) * 5)
+
+
+def test_interpolated_baseline_follows_the_machine_between_its_two_calls():
+    # baseline 10 ms before, 20 ms after; rows of 5 and 15 ms between their middles
+    got = interpolated_baselines(10.0, 20.0, [5.0, 15.0])
+    span = 5.0 + 5.0 + 15.0 + 10.0
+    assert got == pytest.approx([10.0 + 10.0 * 7.5 / span, 10.0 + 10.0 * 17.5 / span])
+    assert interpolated_baselines(10.0, 10.0, [1.0, 2.0, 3.0]) == [10.0] * 3
+
+
+def test_a_cell_shares_one_baseline_call_per_cycle_and_holds_each_ratio_while_speed_swings():
+    machine = FakeMachine(lambda i: 2.0 if (i // 7) % 2 else 1.0)
+    calls: list[str] = []
+
+    def call(name, ms):
+        run = machine.call(ms)
+        return lambda: (calls.append(name), run())
+
+    e = engine(
+        machine, budget_s=100, warmup_s=0.0, max_samples=30, target_rel_spread=-1.0, target_ci=-1.0
+    )
+    rows = {"a": call("a", 2.0), "b": call("b", 4.0), "c": call("c", 8.0)}
+    cell = e.measure_cell(rows, baseline=call("base", 8.0), seed=3)
+    assert not cell.failed and set(cell.rows) == {"a", "b", "c"}
+    assert calls.count("base") == 31  # one per cycle, and the one that closes the last
+    assert len(cell.baseline.row_ms) == 31 and not cell.baseline.paired
+    orders = {tuple(calls[i + 1 : i + 4]) for i in range(0, len(calls) - 1, 4)}
+    assert len(orders) > 1  # each cycle in a fresh order
+    for name, want in (("a", 4.0), ("b", 2.0), ("c", 1.0)):
+        ratios = cell.rows[name].ratios
+        assert len(ratios) == 30
+        assert max(cell.rows[name].row_ms) == pytest.approx(2 * min(cell.rows[name].row_ms))
+        assert stats(ratios).median_ms == pytest.approx(want)
+
+
+def test_rows_leave_the_cycles_when_done_and_a_raising_row_leaves_the_others():
+    machine = FakeMachine()
+    broken_after = iter(range(3))
+
+    def flaky():
+        if next(broken_after, None) is None:
+            raise RuntimeError("kernel fell over")
+        machine.call(1.0)()
+
+    e = engine(machine, warmup_s=0.0, target_rel_spread=-1.0, target_ci=-1.0, max_samples=4)
+    rows = {"short": machine.call(1.0), "flaky": flaky}
+    cell = e.measure_cell(rows, baseline=machine.call(2.0))
+    assert cell.failed == {"flaky": "RuntimeError: kernel fell over"}
+    assert set(cell.rows) == {"short"} and len(cell.rows["short"].row_ms) == 4
+    alone = e.measure_cell({}, baseline=machine.call(2.0))
+    assert alone.baseline is not None and len(alone.baseline.row_ms) == 4 and not alone.rows
 
 
 def test_first_call_is_the_warm_up_and_stages_are_timed_alone():
