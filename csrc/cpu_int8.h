@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kb_dtype.h"
@@ -110,35 +111,54 @@ struct KernelSet {
                      DType out_dt);
 };
 
+// The functions of one kernel set (declared once for each namespace below). dequantize_block
+// writes rows [r0, r0 + rows) x columns [j0, j1) of e's output from acc (row r0, column j0
+// first; ld int32 apart): the tile epilogue of the GEMMs.
+#define KB_KERNEL_SET_FUNCTIONS                                                                  \
+  bool detect_outliers(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,     \
+                       uint8_t* mask);                                                          \
+  bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t* mask,       \
+                     const int64_t* cols, int64_t c, int8_t* q, float* absmax,                  \
+                     void* outlier_vals);                                                       \
+  void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,  \
+                    int32_t* c, const Epilogue* ep);                                            \
+  void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,   \
+                  DType out_dt);                                                                \
+  void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0,         \
+                        int64_t rows, int64_t j0, int64_t j1);
+
 // Scalar reference kernels (any x86/ARM CPU).
 namespace scalar {
-bool detect_outliers(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,
-                     uint8_t* mask);
-bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t* mask,
-                   const int64_t* cols, int64_t c, int8_t* q, float* absmax, void* outlier_vals);
-void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c, const Epilogue* ep);
-void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
-                DType out_dt);
-void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0, int64_t rows,
-                      int64_t j0, int64_t j1);
+KB_KERNEL_SET_FUNCTIONS
 }  // namespace scalar
 
 // AVX2 + FMA + F16C kernels; call only when the CPU reports those features.
 namespace avx2 {
-bool detect_outliers(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,
-                     uint8_t* mask);
-bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t* mask,
-                   const int64_t* cols, int64_t c, int8_t* q, float* absmax, void* outlier_vals);
-void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                  int32_t* c, const Epilogue* ep);
-void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
-                DType out_dt);
-// Rows [r0, r0 + rows) x columns [j0, j1) of e's output from acc (row r0, column j0 first; ld
-// int32 apart): the tile epilogue of the AVX2 and AVX512-VNNI GEMMs.
-void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0, int64_t rows,
-                      int64_t j0, int64_t j1);
+KB_KERNEL_SET_FUNCTIONS
 }  // namespace avx2
+
+#undef KB_KERNEL_SET_FUNCTIONS
+
+using DequantizeBlockFn = void (*)(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0,
+                                   int64_t rows, int64_t j0, int64_t j1);
+
+// A plain dequantization call of any kernel set: its dequantize_block over all rows, in parallel.
+void dequantize_rows(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
+                     DType out_dt, DequantizeBlockFn block);
+
+// The last step of a GEMM tile: rows [r0, r0 + rows) x columns [j0, j1) of the finished int32
+// sums in acc (ld apart) either go through the epilogue ep (dequantized by block) or, without
+// one, are copied to the int32 product c (m, n). Both GEMM paths thus share one blocking.
+inline void finish_tile(const Epilogue* ep, DequantizeBlockFn block, int32_t* c, int64_t n,
+                        const int32_t* acc, int64_t ld, int64_t r0, int64_t rows, int64_t j0,
+                        int64_t j1) {
+  if (ep) {
+    block(*ep, acc, ld, r0, rows, j0, j1);
+    return;
+  }
+  const size_t row_bytes = static_cast<size_t>(j1 - j0) * sizeof(int32_t);
+  for (int64_t i = 0; i < rows; ++i) std::memcpy(c + (r0 + i) * n + j0, acc + i * ld, row_bytes);
+}
 
 // AVX512-VNNI GEMM (AVX512F + BW + VNNI); the other kernels of that set are the AVX2 ones.
 namespace avx512vnni {

@@ -320,15 +320,16 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                   int32_t* c, const Epilogue* ep) {
   const PackedLayout L(n, k);
   const int64_t panels = L.panels;
-  // With an epilogue, each thread sums into a scratch of its current panel chunk (kMR rows when
-  // k is one block, else all m rows), dequantized as soon as a row slice's last k block is in.
+  // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
+  // else all m rows), finished (dequantized, or copied to c) as soon as a row slice's last k
+  // block is in.
   const int64_t sld = kNCp * PackedLayout::kPanelCols, srows = k > kKC ? m : kMR;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
     alignas(32) int16_t abuf[kMR * kKC];
-    std::vector<int32_t> scratch(ep ? static_cast<size_t>(srows * sld) : 0);
+    std::vector<int32_t> scratch(static_cast<size_t>(srows * sld));
     for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
       const int64_t pc1 = std::min(p1, pc0 + kNCp);
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
@@ -336,16 +337,16 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
         for (int64_t r0 = 0; r0 < m; r0 += kMR) {
           const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
           convert_a(a, k, r0, R, k0, kc, abuf, kKC);
-          int32_t* tile = ep ? scratch.data() + (srows == m ? r0 : 0) * sld : c + r0 * n;
-          const int64_t ldc = ep ? sld : n;
+          int32_t* tile = scratch.data() + (srows == m ? r0 : 0) * sld;
           for (int64_t p = pc0; p < pc1; ++p) {
             const int8_t* bp = packed_b + L.offset(p * PackedLayout::kPanelCols, k0);
             const int ncols = static_cast<int>(std::min<int64_t>(16, n - p * 16));
             kKernels[R](reinterpret_cast<const int32_t*>(abuf), kKC / 2, bp, kp,
-                        tile + (ep ? (p - pc0) * 16 : p * 16), ldc, ncols, k0 > 0);
+                        tile + (p - pc0) * 16, sld, ncols, k0 > 0);
           }
-          if (ep && k0 + kKC >= k)
-            dequantize_block(*ep, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
+          if (k0 + kKC >= k)
+            finish_tile(ep, dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
+                        std::min(n, pc1 * 16));
         }
       }
     }
@@ -402,10 +403,7 @@ void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t
 
 void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                 DType out_dt) {
-  std::vector<float> col_scale;
-  const Epilogue e = make_epilogue(d, n, out, out_dt, col_scale);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < m; ++r) dequantize_block(e, acc + r * n, n, r, 1, 0, n);
+  dequantize_rows(acc, m, n, d, out, out_dt, dequantize_block);
 }
 
 }  // namespace avx2

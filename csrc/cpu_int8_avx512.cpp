@@ -202,16 +202,17 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
         }
     }
   }
-  // With an epilogue, each thread sums into a scratch of its current panel chunk (kMR rows when
-  // k is one block, else all m rows), dequantized (AVX2 code, shared with that kernel set) as
-  // soon as a row slice's last k block is in: the int32 product never goes to memory whole.
+  // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
+  // else all m rows), finished as soon as a row slice's last k block is in: dequantized (AVX2
+  // code, shared with that kernel set; the int32 product never goes to memory whole) or, without
+  // an epilogue, copied to c. Both paths run the same blocking.
   const int64_t sld = kNCp * 16, srows = k > kKC ? m : kMR;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
     __m512i comp[kNCp];
-    std::vector<int32_t> scratch(ep ? static_cast<size_t>(srows * sld) : 0);
+    std::vector<int32_t> scratch(static_cast<size_t>(srows * sld));
     for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
       const int64_t pc1 = std::min(p1, pc0 + kNCp);
       for (int64_t k0 = 0; k0 < k; k0 += kKC) {
@@ -225,8 +226,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           comp[p - pc0] = last_block ? _mm512_loadu_si512(sums + p * 16) : _mm512_setzero_si512();
         for (int64_t r0 = 0; r0 < m; r0 += kMR) {
           const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
-          int32_t* tile = ep ? scratch.data() + (srows == m ? r0 : 0) * sld : c + r0 * n;
-          const int64_t ldc = ep ? sld : n;
+          int32_t* tile = scratch.data() + (srows == m ? r0 : 0) * sld;
           for (int64_t p = pc0; p < pc1; p += 2) {
             const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
             const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
@@ -235,10 +235,11 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                                          : kKernels1[R - 1];
             f(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
               block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
-              tile + (ep ? (p - pc0) * 16 : p * 16), ldc, last_cols, k0 > 0);
+              tile + (p - pc0) * 16, sld, last_cols, k0 > 0);
           }
-          if (ep && last_block)
-            avx2::dequantize_block(*ep, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
+          if (last_block)
+            finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
+                        std::min(n, pc1 * 16));
         }
       }
     }

@@ -47,6 +47,21 @@ def _sync_threads() -> None:
         _ext.set_num_threads(n)
 
 
+#: Outputs from this size up are hinted to huge pages (a fresh large tensor is otherwise faulted
+#: in 4 KiB at a time while the kernel writes it).
+HUGE_PAGE_MIN_BYTES = 4 << 20
+
+
+def _empty_output(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    """A fresh output tensor; a large one is advised to transparent huge pages before the kernel
+    first touches it (a hint: the numbers are the same either way)."""
+    out = torch.empty(shape, dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if nbytes >= HUGE_PAGE_MIN_BYTES:
+        _ext.advise_huge_pages(out.data_ptr(), nbytes)
+    return out
+
+
 def _check_cpu(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.device.type != "cpu":
@@ -55,10 +70,10 @@ def _check_cpu(*tensors: torch.Tensor) -> None:
             raise InputError("the CPU kernels need contiguous tensors")
 
 
-def _float_code(t: torch.Tensor, name: str) -> int:
-    if t.dtype not in _DTYPE_CODE:
-        raise InputError(f"{name} must be fp32, fp16 or bf16, got {t.dtype}")
-    return _DTYPE_CODE[t.dtype]
+def _float_code(dtype: torch.dtype, name: str) -> int:
+    if dtype not in _DTYPE_CODE:
+        raise InputError(f"{name} must be fp32, fp16 or bf16, got {dtype}")
+    return _DTYPE_CODE[dtype]
 
 
 def pack_weight(w_int8: torch.Tensor) -> torch.Tensor:
@@ -102,7 +117,7 @@ def _check_packed(packed: torch.Tensor, n: int, k: int) -> None:
 def detect_outliers(x: torch.Tensor, alpha: float, ge: bool) -> torch.Tensor:
     """Bool mask (k,) of columns with some ``|x| > alpha`` (``>=`` when ``ge``)."""
     _check_cpu(x)
-    code = _float_code(x, "x")
+    code = _float_code(x.dtype, "x")
     _sync_threads()
     mask = torch.empty(x.shape[1], dtype=torch.uint8)
     if not _ext.detect_outliers(
@@ -115,7 +130,7 @@ def detect_outliers(x: torch.Tensor, alpha: float, ge: bool) -> torch.Tensor:
 def quantize_rows(x: torch.Tensor, mask: torch.Tensor | None, cols: torch.Tensor):
     """Fused pass: (int8 (m, k) with ``cols`` zeroed, row absmax (m,), x[:, cols] (m, c))."""
     _check_cpu(x, cols)
-    code = _float_code(x, "x")
+    code = _float_code(x.dtype, "x")
     m, k = x.shape
     c = cols.numel()
     if c and (cols.dtype != torch.int64 or int(cols.min()) < 0 or int(cols.max()) >= k):
@@ -161,7 +176,7 @@ def gemm(a: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
     """``a`` (m, k) int8 times packed (n, k) weights, transposed: int32 (m, n), exact."""
     m, k = _check_gemm_operands(a, packed, n)
     _sync_threads()
-    c = torch.empty((m, n), dtype=torch.int32)
+    c = _empty_output((m, n), torch.int32)
     if m:
         _ext.gemm_s8s8s32(a.data_ptr(), m, k, packed.data_ptr(), n, c.data_ptr())
     return c
@@ -202,8 +217,8 @@ def _epilogue_out(
     """Check the epilogue operands of an (m, n) product; return the output tensor, its dtype
     code and the epilogue's pointer arguments."""
     c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
-    out = torch.empty((m, n), dtype=out_dtype)
-    code = _float_code(out, "out")
+    code = _float_code(out_dtype, "out")
+    out = _empty_output((m, n), out_dtype)
     ptrs = (
         row_absmax.data_ptr(),
         col_absmax.data_ptr(),

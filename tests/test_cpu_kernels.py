@@ -298,3 +298,27 @@ def test_fused_linear_rejects_bad_operands(gen):
         cpu_ext.linear(a, packed, 17, row, torch.ones(17), None, None, None, torch.bfloat16)
     with pytest.raises(cpu_ext.InputError, match="fp32, fp16 or bf16"):
         cpu_ext.linear(a, packed, 6, row, col, None, None, None, torch.int32)
+
+
+# --- the int32 GEMM: the fused path's blocking with an int32 store --------------------------
+
+# k across the 512 / 2048 k blocks and off the multiples of 4 (the padded last quad, as at
+# d = 5140), m around the 6- and 12-row tiles, n off the 16-column panels and across the
+# 8-panel chunks and the two threads' panel ranges; the last output is large enough (> 4 MiB)
+# to be advised to huge pages.
+INT32_SHAPES = [(1, 5141, 33), (12, 2048, 16), (13, 4099, 290), (25, 2050, 129), (1030, 37, 1100)]
+
+
+@pytest.mark.parametrize("shape", INT32_SHAPES)
+def test_int32_gemm_is_the_exact_product_on_every_kernel_set(gen, isa_restored, shape):
+    m, k, n = shape
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    a[0], w[-1] = -128, -128  # the largest products, on the excess-128 correction's edge
+    exact = (a.double() @ w.double().T).to(torch.int64)
+    packed = cpu_ext.pack_weight(w)
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        got = cpu_ext.gemm(a, packed, n)
+        assert got.dtype == torch.int32 and got.shape == (m, n)
+        assert torch.equal(got.to(torch.int64), exact), isa

@@ -1,0 +1,72 @@
+"""Paired A/B of the custom backend's ``int8_raw`` against its ``vectorwise`` and oneDNN.
+
+Per shape (m, k, n), in one process: the three calls (custom ``int8_raw`` runner, custom
+``vectorwise`` runner, ``torch._int_mm`` on the same int8 operands) are called in a rotated
+order every rep; each rep gives the ratios raw / vectorwise and raw / oneDNN, reported as the
+median with the interquartile range. Run as a script (not collected by pytest)::
+
+    python tests/bench/ab_int8_raw.py --shapes 2048x2048x8192,1x2048x8192 --reps 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from kernelbench.backends import get_backend
+from kernelbench.quant import QuantConfig
+
+
+def _quartiles(v: list[float]) -> tuple[float, float, float]:
+    if len(v) < 2:
+        return v[0], v[0], v[0]
+    q1, med, q3 = statistics.quantiles(v, n=4)
+    return q1, med, q3
+
+
+def measure(m: int, k: int, n: int, reps: int) -> dict[str, tuple[float, float, float]]:
+    gen = torch.Generator().manual_seed(m * 7 + k)
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=gen) * k**-0.5).to(torch.bfloat16)
+    backend = get_backend("custom")
+    raw = backend.runner("int8_raw", x, w, None, QuantConfig())
+    vec = backend.runner("vectorwise", x, w, None, QuantConfig())
+    a, w_int8 = raw.operands
+    w_kn = w_int8.t()
+    calls = {"raw": raw.run, "vec": vec.run, "onednn": lambda: torch._int_mm(a, w_kn)}
+    if not torch.equal(raw.run(), calls["onednn"]()):
+        raise SystemExit(f"{m}x{k}x{n}: custom int8_raw differs from torch._int_mm")
+    for f in calls.values():
+        f()
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(reps):
+        order = names[i % 3 :] + names[: i % 3]
+        for name in order:
+            t0 = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - t0)
+    ratio = lambda other: [r / o for r, o in zip(times["raw"], times[other], strict=True)]  # noqa: E731
+    out = {"raw/vec": _quartiles(ratio("vec")), "raw/onednn": _quartiles(ratio("onednn"))}
+    out.update({f"{name} ms": _quartiles([t * 1e3 for t in times[name]]) for name in names})
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="2048x2048x8192,1x2048x8192")
+    p.add_argument("--reps", type=int, default=15)
+    args = p.parse_args()
+    print(f"threads={torch.get_num_threads()}  cells: median [q1, q3]")
+    for shape in args.shapes.split(","):
+        m, k, n = (int(v) for v in shape.split("x"))
+        res = measure(m, k, n, args.reps)
+        cells = "  ".join(f"{key} {v[1]:.3f} [{v[0]:.3f}, {v[2]:.3f}]" for key, v in res.items())
+        print(f"{m}x{k}x{n}: {cells}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
