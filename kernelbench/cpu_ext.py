@@ -8,6 +8,8 @@ allocated here); -128 is accepted in both int8 operands (every GEMM path is exac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from kernelbench.checks import InputError, check_int8_operands
@@ -188,89 +190,82 @@ def int8_matmul_unpacked(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     return gemm(a, pack_weight(b_nk), b_nk.shape[0])
 
 
-def _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w) -> int:
-    """Validates the dequantization operands of an (m, n) output; returns c (outlier dims)."""
-    _check_cpu(row_absmax, col_absmax)
-    for t, name, size in ((row_absmax, "row_absmax", m), (col_absmax, "col_absmax", n)):
-        if t.dtype != torch.float32 or t.shape != (size,):
-            raise InputError(
-                f"{name} must be float32 of shape ({size},), got {t.dtype} {tuple(t.shape)}"
-            )
-    if bias_f32 is not None:
-        _check_cpu(bias_f32)
-        if bias_f32.dtype != torch.float32 or bias_f32.shape != (n,):
-            raise InputError(f"bias must be float32 of shape ({n},)")
-    if outlier_x is None:
-        return 0
-    _check_cpu(outlier_x, outlier_w)
-    c = outlier_x.shape[1]
-    if outlier_x.dtype != torch.float32 or outlier_x.shape != (m, c):
-        raise InputError(f"outlier_x must be float32 (m, c) = ({m}, {c})")
-    if outlier_w.dtype != torch.float32 or outlier_w.shape != (c, n):
-        raise InputError(f"outlier_w must be float32 (c, n) = ({c}, {n})")
-    return c
+@dataclass(frozen=True)
+class Dequant:
+    """The dequantization of an (m, n) int32 product: ``acc * row x col / 127^2 + bias +
+    outlier_x @ outlier_w``, written in ``out_dtype``. ``row_absmax`` (m,) and ``col_absmax``
+    (n,) float32; ``bias_f32`` (n,) float32; ``outlier_x`` (m, c) and ``outlier_w`` (c, n)
+    float32, c small (the outlier dims)."""
+
+    row_absmax: torch.Tensor
+    col_absmax: torch.Tensor
+    out_dtype: torch.dtype
+    bias_f32: torch.Tensor | None = None
+    outlier_x: torch.Tensor | None = None
+    outlier_w: torch.Tensor | None = None
+
+    def outlier_dims(self, m: int, n: int) -> int:
+        """Validates the operands against an (m, n) output; returns c (outlier dims)."""
+        row, col, bias = self.row_absmax, self.col_absmax, self.bias_f32
+        _check_cpu(row, col)
+        for t, name, size in ((row, "row_absmax", m), (col, "col_absmax", n)):
+            if t.dtype != torch.float32 or t.shape != (size,):
+                raise InputError(
+                    f"{name} must be float32 of shape ({size},), got {t.dtype} {tuple(t.shape)}"
+                )
+        if bias is not None:
+            _check_cpu(bias)
+            if bias.dtype != torch.float32 or bias.shape != (n,):
+                raise InputError(f"bias must be float32 of shape ({n},)")
+        ox, ow = self.outlier_x, self.outlier_w
+        if ox is None:
+            return 0
+        _check_cpu(ox, ow)
+        c = ox.shape[1]
+        if ox.dtype != torch.float32 or ox.shape != (m, c):
+            raise InputError(f"outlier_x must be float32 (m, c) = ({m}, {c})")
+        if ow.dtype != torch.float32 or ow.shape != (c, n):
+            raise InputError(f"outlier_w must be float32 (c, n) = ({c}, {n})")
+        return c
+
+    def output(self, m: int, n: int) -> tuple[torch.Tensor, tuple]:
+        """Check the operands of an (m, n) product; return the output tensor and the kernel's
+        pointer arguments (row, col, bias, outlier_x, outlier_w, c, out, out dtype code)."""
+        c = self.outlier_dims(m, n)
+        code = _float_code(self.out_dtype, "out")
+        out = _empty_output((m, n), self.out_dtype)
+        ptrs = (
+            self.row_absmax.data_ptr(),
+            self.col_absmax.data_ptr(),
+            self.bias_f32.data_ptr() if self.bias_f32 is not None else 0,
+            self.outlier_x.data_ptr() if c else 0,
+            self.outlier_w.data_ptr() if c else 0,
+            c,
+            out.data_ptr(),
+            code,
+        )
+        return out, ptrs
 
 
-def _epilogue_out(
-    m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w, out_dtype
-) -> tuple[torch.Tensor, int, tuple]:
-    """Check the epilogue operands of an (m, n) product; return the output tensor, its dtype
-    code and the epilogue's pointer arguments."""
-    c = _check_epilogue(m, n, row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
-    code = _float_code(out_dtype, "out")
-    out = _empty_output((m, n), out_dtype)
-    ptrs = (
-        row_absmax.data_ptr(),
-        col_absmax.data_ptr(),
-        bias_f32.data_ptr() if bias_f32 is not None else 0,
-        outlier_x.data_ptr() if c else 0,
-        outlier_w.data_ptr() if c else 0,
-        c,
-    )
-    return out, code, ptrs
-
-
-def dequantize(
-    acc: torch.Tensor,
-    row_absmax: torch.Tensor,
-    col_absmax: torch.Tensor,
-    bias_f32: torch.Tensor | None,
-    outlier_x: torch.Tensor | None,
-    outlier_w: torch.Tensor | None,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
-    """Fused: ``acc * row x col / 127^2 + bias + outlier_x @ outlier_w`` in ``out_dtype``.
-
-    ``outlier_x`` is (m, c) fp32 and ``outlier_w`` (c, n) fp32, c small (the outlier dims)."""
+def dequantize(acc: torch.Tensor, dq: Dequant) -> torch.Tensor:
+    """The int32 product ``acc`` (m, n) dequantized by ``dq`` in one fused pass."""
     _check_cpu(acc)
     if acc.dtype != torch.int32 or acc.dim() != 2:
         raise InputError(f"acc must be 2-D int32, got {acc.dtype} {tuple(acc.shape)}")
     m, n = acc.shape
-    epilogue = (row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
-    out, code, ptrs = _epilogue_out(m, n, *epilogue, out_dtype)
+    out, ptrs = dq.output(m, n)
     _sync_threads()
     if m:
-        _ext.dequantize(acc.data_ptr(), m, n, *ptrs, out.data_ptr(), code)
+        _ext.dequantize(acc.data_ptr(), m, n, *ptrs)
     return out
 
 
-def linear(
-    a: torch.Tensor,
-    packed: torch.Tensor,
-    n: int,
-    row_absmax: torch.Tensor,
-    col_absmax: torch.Tensor,
-    bias_f32: torch.Tensor | None,
-    outlier_x: torch.Tensor | None,
-    outlier_w: torch.Tensor | None,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
+def linear(a: torch.Tensor, packed: torch.Tensor, n: int, dq: Dequant) -> torch.Tensor:
     """:func:`gemm` then :func:`dequantize` in one kernel, the same numbers bit for bit: each
     tile of int32 sums is dequantized while it is in cache (no (m, n) int32 product)."""
     m, k = _check_gemm_operands(a, packed, n)
-    epilogue = (row_absmax, col_absmax, bias_f32, outlier_x, outlier_w)
-    out, code, ptrs = _epilogue_out(m, n, *epilogue, out_dtype)
+    out, ptrs = dq.output(m, n)
     _sync_threads()
     if m:
-        _ext.linear(a.data_ptr(), m, k, packed.data_ptr(), n, *ptrs, out.data_ptr(), code)
+        _ext.linear(a.data_ptr(), m, k, packed.data_ptr(), n, *ptrs)
     return out

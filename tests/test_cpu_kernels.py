@@ -169,7 +169,7 @@ def test_kernel_sets_dequantize_bit_for_bit_on_extreme_scales(
     outs = {}
     for isa in kernel_sets_here():
         cpu_ext.set_isa(isa)
-        outs[isa] = cpu_ext.dequantize(acc, row, col, bias, ox, ow, out_dtype)
+        outs[isa] = cpu_ext.dequantize(acc, cpu_ext.Dequant(row, col, out_dtype, bias, ox, ow))
     for isa, out in outs.items():
         assert torch.equal(bits(out), bits(outs["scalar"])), isa
     ref = (quant.dequantize_outer(acc, row, col) + bias + ox @ ow).to(torch.float64)
@@ -266,8 +266,9 @@ def test_fused_linear_equals_gemm_then_dequantize_bit_for_bit(gen, isa_restored,
     for isa in kernel_sets_here():
         cpu_ext.set_isa(isa)
         for operands in ((bias, ox, ow), (None, None, None)):
-            staged = cpu_ext.dequantize(cpu_ext.gemm(a, packed, n), row, col, *operands, out_dtype)
-            fused = cpu_ext.linear(a, packed, n, row, col, *operands, out_dtype)
+            dq = cpu_ext.Dequant(row, col, out_dtype, *operands)
+            staged = cpu_ext.dequantize(cpu_ext.gemm(a, packed, n), dq)
+            fused = cpu_ext.linear(a, packed, n, dq)
             assert torch.equal(bits(fused), bits(staged)), (isa, operands[0] is None)
             outs.append(fused)
     for out in outs[::2]:
@@ -293,11 +294,11 @@ def test_fused_linear_rejects_bad_operands(gen):
     packed = cpu_ext.pack_weight(torch.randint(-128, 128, (6, 10), dtype=torch.int8, generator=gen))
     row, col = torch.ones(4), torch.ones(6)
     with pytest.raises(cpu_ext.InputError, match="col_absmax"):
-        cpu_ext.linear(a, packed, 6, row, torch.ones(5), None, None, None, torch.bfloat16)
+        cpu_ext.linear(a, packed, 6, cpu_ext.Dequant(row, torch.ones(5), torch.bfloat16))
     with pytest.raises(cpu_ext.InputError, match="another shape"):
-        cpu_ext.linear(a, packed, 17, row, torch.ones(17), None, None, None, torch.bfloat16)
+        cpu_ext.linear(a, packed, 17, cpu_ext.Dequant(row, torch.ones(17), torch.bfloat16))
     with pytest.raises(cpu_ext.InputError, match="fp32, fp16 or bf16"):
-        cpu_ext.linear(a, packed, 6, row, col, None, None, None, torch.int32)
+        cpu_ext.linear(a, packed, 6, cpu_ext.Dequant(row, col, torch.int32))
 
 
 # --- the int32 GEMM: the fused path's blocking with an int32 store --------------------------

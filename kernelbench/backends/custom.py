@@ -135,16 +135,16 @@ class CustomBackend(Backend):
             return super().linear(x, pw, cfg)
         qa = self.quantize(x, pw, cfg)
         outlier = self.outlier_product(qa, pw)
-        ox, ow = outlier if outlier is not None else (None, None)
-        return cpu_ext.linear(
-            qa.int8, pw.packed, pw.out_features, qa.absmax, pw.absmax, pw.bias_f32, ox, ow, pw.dtype
-        )
+        return cpu_ext.linear(qa.int8, pw.packed, pw.out_features, self._dequant(qa, pw, outlier))
 
     def dequantize(self, acc, qa, pw, outlier) -> torch.Tensor:
         if self._is_cuda(acc):
             return _CUDA.dequantize(acc, qa, pw, outlier)
+        return cpu_ext.dequantize(acc, self._dequant(qa, pw, outlier))
+
+    def _dequant(self, qa, pw, outlier) -> cpu_ext.Dequant:
         ox, ow = outlier if outlier is not None else (None, None)
-        return cpu_ext.dequantize(acc, qa.absmax, pw.absmax, pw.bias_f32, ox, ow, pw.dtype)
+        return cpu_ext.Dequant(qa.absmax, pw.absmax, pw.dtype, pw.bias_f32, ox, ow)
 
 
 BACKEND = CustomBackend()

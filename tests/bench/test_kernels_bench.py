@@ -76,7 +76,7 @@ def test_dequantize(benchmark):
     bias = torch.randn(N, generator=_gen(6))
     ox = torch.randn(M, OUTLIER_COLS, generator=_gen(7)) * 20
     ow = torch.randn(OUTLIER_COLS, N, generator=_gen(8)) * 0.05
-    args = (acc, row_absmax, col_absmax, bias, ox, ow, DTYPE)
+    args = (acc, cpu_ext.Dequant(row_absmax, col_absmax, DTYPE, bias, ox, ow))
     ref = acc.double() * torch.outer(row_absmax, col_absmax).double() / 127**2
     ref += bias.double() + ox.double() @ ow.double()
     got = cpu_ext.dequantize(*args).double()
