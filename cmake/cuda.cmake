@@ -67,23 +67,32 @@ if(NOT CMAKE_CUDA_COMPILER)
 endif()
 
 # --- cuBLASLt --------------------------------------------------------------------------------
-if(NOT DEFINED KERNELBENCH_CUBLAS_ROOT AND DEFINED ENV{KERNELBENCH_CUBLAS_ROOT})
-  set(KERNELBENCH_CUBLAS_ROOT "$ENV{KERNELBENCH_CUBLAS_ROOT}")
-endif()
-set(_kb_cublas_roots "")
-if(KERNELBENCH_CUBLAS_ROOT)
-  list(APPEND _kb_cublas_roots "${KERNELBENCH_CUBLAS_ROOT}")
-endif()
-execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c
-          "import os, sys\nfor p in sys.path:\n    for s in ('cu13', 'cublas'):\n        d = os.path.join(p or '.', 'nvidia', s)\n        if os.path.isfile(os.path.join(d, 'include', 'cublasLt.h')): print(os.path.abspath(d))"
-  RESULT_VARIABLE _kb_py_rc
-  OUTPUT_VARIABLE _kb_py_roots
-  OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(_kb_py_rc EQUAL 0 AND _kb_py_roots)
-  string(REPLACE "\n" ";" _kb_py_roots "${_kb_py_roots}")
-  list(APPEND _kb_cublas_roots ${_kb_py_roots})
-endif()
+# _kb_candidate_roots(OUT VAR PROBE): the folders where an optional dependency may be, in order:
+# VAR (a CMake variable, else the environment variable of that name) when set, then each folder
+# the Python snippet PROBE prints (one a line) when run by the target Python.
+function(_kb_candidate_roots out var probe)
+  set(roots "")
+  set(given "${${var}}")
+  if(NOT DEFINED ${var} AND DEFINED ENV{${var}})
+    set(given "$ENV{${var}}")
+  endif()
+  if(given)
+    list(APPEND roots "${given}")
+  endif()
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c "${probe}"
+    RESULT_VARIABLE rc
+    OUTPUT_VARIABLE found
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(rc EQUAL 0 AND found)
+    string(REPLACE "\n" ";" found "${found}")
+    list(APPEND roots ${found})
+  endif()
+  set(${out} "${roots}" PARENT_SCOPE)
+endfunction()
+
+_kb_candidate_roots(_kb_cublas_roots KERNELBENCH_CUBLAS_ROOT
+  "import os, sys\nfor p in sys.path:\n    for s in ('cu13', 'cublas'):\n        d = os.path.join(p or '.', 'nvidia', s)\n        if os.path.isfile(os.path.join(d, 'include', 'cublasLt.h')): print(os.path.abspath(d))")
 
 set(_kb_cublas_inc "")
 set(_kb_cublas_lib "")
@@ -168,23 +177,8 @@ kb_cuda_module(_cuda SOURCES csrc/cuda_int8.cu csrc/cublaslt_int8.cu LIBS kb_cub
 #   the target Python's nvidia-cutlass wheel (site-packages/cutlass_library/source);
 #   ~/.cache/kernelbench/cutlass-* (what scripts/prebuild_gpu.sh extracts from that wheel).
 # Not found: the module is skipped with a message (the rest of kernelbench._cuda is unaffected).
-if(NOT DEFINED KERNELBENCH_CUTLASS_ROOT AND DEFINED ENV{KERNELBENCH_CUTLASS_ROOT})
-  set(KERNELBENCH_CUTLASS_ROOT "$ENV{KERNELBENCH_CUTLASS_ROOT}")
-endif()
-set(_kb_cutlass_roots "")
-if(KERNELBENCH_CUTLASS_ROOT)
-  list(APPEND _kb_cutlass_roots "${KERNELBENCH_CUTLASS_ROOT}")
-endif()
-execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c
-          "import os, sys\nfor p in sys.path:\n    d = os.path.join(p or '.', 'cutlass_library', 'source')\n    if os.path.isfile(os.path.join(d, 'include', 'cutlass', 'cutlass.h')): print(os.path.abspath(d))"
-  RESULT_VARIABLE _kb_py_rc
-  OUTPUT_VARIABLE _kb_py_cutlass
-  OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(_kb_py_rc EQUAL 0 AND _kb_py_cutlass)
-  string(REPLACE "\n" ";" _kb_py_cutlass "${_kb_py_cutlass}")
-  list(APPEND _kb_cutlass_roots ${_kb_py_cutlass})
-endif()
+_kb_candidate_roots(_kb_cutlass_roots KERNELBENCH_CUTLASS_ROOT
+  "import os, sys\nfor p in sys.path:\n    d = os.path.join(p or '.', 'cutlass_library', 'source')\n    if os.path.isfile(os.path.join(d, 'include', 'cutlass', 'cutlass.h')): print(os.path.abspath(d))")
 if(DEFINED ENV{HOME})
   file(GLOB _kb_cutlass_cached LIST_DIRECTORIES true "$ENV{HOME}/.cache/kernelbench/cutlass-*")
   list(SORT _kb_cutlass_cached ORDER DESCENDING)

@@ -155,6 +155,19 @@ void check_ptr(std::uintptr_t p, const char* name) {
   }
 }
 
+// One cublasLtMatmul on a plan: out = alpha * op(A) op(B) + beta * out, with A the weight (b
+// here) and B the activation (a here), see the header comment. alpha and beta have the plan's
+// scale type.
+void run_plan(DeviceState& ds, const Plan& p, const void* alpha, const void* beta,
+              std::uintptr_t a, std::uintptr_t b, std::uintptr_t out, std::uintptr_t stream,
+              const char* what) {
+  lt_check(cublasLtMatmul(ds.handle, p.op, alpha, as_ptr<const void>(b), p.a,
+                          as_ptr<const void>(a), p.b, beta, as_ptr<void>(out), p.c,
+                          as_ptr<void>(out), p.c, &p.algo, ds.workspace, kWorkspaceBytes,
+                          as_stream(stream)),
+           what);
+}
+
 // C (m, n) int32 row-major = a (m, k) int8 row-major @ b (n, k)^T.
 void int8_gemm(std::uintptr_t a, std::uintptr_t b, std::uintptr_t c, int64_t m, int64_t n,
                int64_t k, std::uintptr_t stream) {
@@ -173,12 +186,7 @@ void int8_gemm(std::uintptr_t a, std::uintptr_t b, std::uintptr_t c, int64_t m, 
   const Plan& p = *slot;
   const int32_t alpha = 1;
   const int32_t beta = 0;
-  // A is the weight (b here), B the activation (a here): see the header comment.
-  lt_check(cublasLtMatmul(ds.handle, p.op, &alpha, as_ptr<const void>(b), p.a,
-                          as_ptr<const void>(a), p.b, &beta, as_ptr<void>(c), p.c,
-                          as_ptr<void>(c), p.c, &p.algo, ds.workspace, kWorkspaceBytes,
-                          as_stream(stream)),
-           "cublasLtMatmul(int8 TN -> int32)");
+  run_plan(ds, p, &alpha, &beta, a, b, c, stream, "cublasLtMatmul(int8 TN -> int32)");
 }
 
 // Outer-vector scaled int8 GEMM, straight to 16-bit or fp32:
@@ -234,11 +242,7 @@ void int8_gemm_outer_scaled(std::uintptr_t a, std::uintptr_t b, std::uintptr_t a
            "set B_SCALE_POINTER");
   const float alpha = 1.f;
   const float beta = 0.f;
-  lt_check(cublasLtMatmul(ds.handle, p.op, &alpha, as_ptr<const void>(b), p.a,
-                          as_ptr<const void>(a), p.b, &beta, as_ptr<void>(out), p.c,
-                          as_ptr<void>(out), p.c, &p.algo, ds.workspace, kWorkspaceBytes,
-                          as_stream(stream)),
-           "cublasLtMatmul(int8 outer-vector scaled)");
+  run_plan(ds, p, &alpha, &beta, a, b, out, stream, "cublasLtMatmul(int8 outer-vector scaled)");
 #else
   (void)a, (void)b, (void)a_scale, (void)b_scale, (void)out, (void)out_dtype;
   (void)m, (void)n, (void)k, (void)stream;

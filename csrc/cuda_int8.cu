@@ -158,6 +158,23 @@ __global__ void compact_kernel(const uint8_t* __restrict__ mask, int64_t k,
 
 // --- fused row quantization -------------------------------------------------------------------
 
+// Elements 8v .. 8v+7 of a row in one 16-byte load, and their mask bytes in one 8-byte load
+// (all 0 without a mask).
+template <typename T>
+struct Eight {
+  uint4 raw;
+  uint2 mask_raw;
+  __device__ __forceinline__ Eight(const T* row, const uint8_t* mask, int64_t v)
+      : raw(reinterpret_cast<const uint4*>(row)[v]),
+        mask_raw(mask ? reinterpret_cast<const uint2*>(mask)[v] : make_uint2(0u, 0u)) {}
+  __device__ __forceinline__ float value(int i) const {
+    return to_f(reinterpret_cast<const T*>(&raw)[i]);
+  }
+  __device__ __forceinline__ bool masked(int i) const {
+    return reinterpret_cast<const uint8_t*>(&mask_raw)[i] != 0;
+  }
+};
+
 // VEC: k % 8 == 0, x and q 16-byte aligned, mask (if any) 8-byte aligned.
 template <typename T, bool VEC>
 __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t k,
@@ -172,13 +189,10 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t k,
   if (VEC) {
     const int64_t nv = k / 8;
     for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-      const uint4 raw = reinterpret_cast<const uint4*>(xr)[v];
-      const T* e = reinterpret_cast<const T*>(&raw);
-      const uint2 mraw = mask ? reinterpret_cast<const uint2*>(mask)[v] : make_uint2(0u, 0u);
-      const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mraw);
+      const Eight<T> in(xr, mask, v);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        if (!mb[i]) mx = fmaxf(mx, fabsf(to_f(e[i])));
+        if (!in.masked(i)) mx = fmaxf(mx, fabsf(in.value(i)));
       }
     }
   } else {
@@ -194,15 +208,12 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t k,
   if (VEC) {
     const int64_t nv = k / 8;
     for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-      const uint4 raw = reinterpret_cast<const uint4*>(xr)[v];
-      const T* e = reinterpret_cast<const T*>(&raw);
-      const uint2 mraw = mask ? reinterpret_cast<const uint2*>(mask)[v] : make_uint2(0u, 0u);
-      const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mraw);
+      const Eight<T> in(xr, mask, v);
       uint2 packed;
       int8_t* pb = reinterpret_cast<int8_t*>(&packed);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        pb[i] = mb[i] ? int8_t(0) : quant1(__fmul_rn(to_f(e[i]), pre), inv);
+        pb[i] = in.masked(i) ? int8_t(0) : quant1(__fmul_rn(in.value(i), pre), inv);
       }
       reinterpret_cast<uint2*>(qr)[v] = packed;
     }

@@ -83,5 +83,31 @@ inline void check_cuda(cudaError_t err, const char* what) {
   }
 }
 
+// The one dispatch of every architecture's instances: checks the tile and the output type code
+// and runs Launch<Half or BFloat16, whether an outlier product is added>::run(p, tile). The
+// element types come from the caller (they are CUTLASS types; this header does not need CUTLASS).
+template <template <class, bool> class Launch, class ElementD>
+void run_outlier_variant(const Problem& p, int tile) {
+  if (p.outlier) {
+    Launch<ElementD, true>::run(p, tile);
+  } else {
+    Launch<ElementD, false>::run(p, tile);
+  }
+}
+
+template <template <class, bool> class Launch, class Half, class BFloat16>
+void run_dispatched(const char* arch, const Problem& p, int out_dtype, int tile) {
+  if (tile != kSmallM && tile != kLarge) {
+    throw std::invalid_argument(std::string(arch) + ": unknown tile");
+  }
+  if (out_dtype == kOutFloat16) {
+    run_outlier_variant<Launch, Half>(p, tile);
+  } else if (out_dtype == kOutBFloat16) {
+    run_outlier_variant<Launch, BFloat16>(p, tile);
+  } else {
+    throw std::invalid_argument(std::string(arch) + ": out dtype must be float16 or bfloat16");
+  }
+}
+
 }  // namespace cutlass_int8
 }  // namespace kb

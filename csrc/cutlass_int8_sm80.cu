@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "cutlass_int8.cuh"
+#include "cutlass_int8_launch.cuh"
 
 namespace kb {
 namespace cutlass_int8 {
@@ -97,13 +98,6 @@ struct Sm80FusedGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-void cutlass_check(cutlass::Status st, const char* what) {
-  if (st != cutlass::Status::kSuccess) {
-    throw std::runtime_error(std::string("CUTLASS sm80 ") + what + ": " +
-                             cutlassGetStatusString(st));
-  }
-}
-
 template <class Config>
 typename Config::Tree::Arguments tree_args(const Problem& p, typename Config::StrideMN s_mn) {
   typename Config::Scaled::Arguments scaled{{p.col_scale}, {}, {}};
@@ -120,11 +114,7 @@ template <class Config>
 void run_instance(const Problem& p) {
   using Gemm = typename Config::Gemm;
   static thread_local InitializedGemm<Gemm> cached;
-  if (cached.valid && same_problem(cached.problem, p)) {
-    cutlass_check(cached.gemm.run(p.stream), "run");
-    check_cuda(cudaGetLastError(), "CUTLASS sm80 kernel launch");
-    return;
-  }
+  if (launch_cached(cached, p, "sm80")) return;
   typename Config::StrideMN s_mn{int64_t(p.n), _1{}, int64_t(p.m) * p.n};
   typename Config::TreeD::Arguments epilogue{
       tree_args<Config>(p, s_mn),
@@ -133,16 +123,11 @@ void run_instance(const Problem& p) {
   typename Gemm::Arguments args(cutlass::gemm::GemmUniversalMode::kGemm,
                                 cutlass::gemm::GemmCoord{p.m, p.n, p.k}, 1, epilogue, p.a, p.b,
                                 nullptr, nullptr, 0, 0, 0, 0, p.k, p.k, p.n, p.n);
-  cutlass_check(cached.gemm.can_implement(args), "can_implement");
+  cutlass_check(cached.gemm.can_implement(args), "sm80", "can_implement");
   if (Gemm::get_workspace_size(args) != 0) {
     throw std::runtime_error("CUTLASS sm80: unexpected workspace request");
   }
-  cached.valid = false;
-  cutlass_check(cached.gemm.initialize(args, nullptr, p.stream), "initialize");
-  cached.problem = p;
-  cached.valid = true;
-  cutlass_check(cached.gemm.run(p.stream), "run");
-  check_cuda(cudaGetLastError(), "CUTLASS sm80 kernel launch");
+  initialize_and_launch(cached, p, args, nullptr, "sm80");
 }
 
 using TileSmall = cutlass::gemm::GemmShape<64, 128, 64>;
@@ -150,35 +135,22 @@ using WarpSmall = cutlass::gemm::GemmShape<32, 64, 64>;
 using TileLarge = cutlass::gemm::GemmShape<128, 128, 64>;
 using WarpLarge = cutlass::gemm::GemmShape<64, 64, 64>;
 
+// The instance of one output type and outlier variant for the tile.
 template <class ElementD, bool WithOutlier>
-void run_typed(const Problem& p, int tile) {
-  if (tile == kSmallM) {
-    run_instance<Sm80FusedGemm<ElementD, TileSmall, WarpSmall, 5, WithOutlier>>(p);
-  } else {
-    run_instance<Sm80FusedGemm<ElementD, TileLarge, WarpLarge, 4, WithOutlier>>(p);
+struct Sm80Launch {
+  static void run(const Problem& p, int tile) {
+    if (tile == kSmallM) {
+      run_instance<Sm80FusedGemm<ElementD, TileSmall, WarpSmall, 5, WithOutlier>>(p);
+    } else {
+      run_instance<Sm80FusedGemm<ElementD, TileLarge, WarpLarge, 4, WithOutlier>>(p);
+    }
   }
-}
-
-template <class ElementD>
-void run_dtype(const Problem& p, int tile) {
-  if (p.outlier) {
-    run_typed<ElementD, true>(p, tile);
-  } else {
-    run_typed<ElementD, false>(p, tile);
-  }
-}
+};
 
 }  // namespace
 
 void run_sm80(const Problem& p, int out_dtype, int tile) {
-  if (tile != kSmallM && tile != kLarge) throw std::invalid_argument("sm80: unknown tile");
-  if (out_dtype == kOutFloat16) {
-    run_dtype<cutlass::half_t>(p, tile);
-  } else if (out_dtype == kOutBFloat16) {
-    run_dtype<cutlass::bfloat16_t>(p, tile);
-  } else {
-    throw std::invalid_argument("sm80: out dtype must be float16 or bfloat16");
-  }
+  run_dispatched<Sm80Launch, cutlass::half_t, cutlass::bfloat16_t>("sm80", p, out_dtype, tile);
 }
 
 const char* sm80_instances() {

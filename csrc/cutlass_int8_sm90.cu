@@ -39,6 +39,7 @@
 #include <utility>
 
 #include "cutlass_int8.cuh"
+#include "cutlass_int8_launch.cuh"
 
 namespace kb {
 namespace cutlass_int8 {
@@ -116,13 +117,6 @@ struct Sm90FusedGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-void cutlass_check(cutlass::Status st, const char* what) {
-  if (st != cutlass::Status::kSuccess) {
-    throw std::runtime_error(std::string("CUTLASS sm90 ") + what + ": " +
-                             cutlassGetStatusString(st));
-  }
-}
-
 template <class Config>
 constexpr bool WithOutlierTree = std::is_same_v<typename Config::Tree, typename Config::WithAux>;
 
@@ -130,11 +124,7 @@ template <class Config>
 void run_instance(const Problem& p) {
   using Gemm = typename Config::Gemm;
   static thread_local InitializedGemm<Gemm> cached;
-  if (cached.valid && same_problem(cached.problem, p)) {
-    cutlass_check(cached.gemm.run(p.stream), "run");
-    check_cuda(cudaGetLastError(), "CUTLASS sm90 kernel launch");
-    return;
-  }
+  if (launch_cached(cached, p, "sm90")) return;
   using StrideA = typename Gemm::GemmKernel::StrideA;
   using StrideB = typename Gemm::GemmKernel::StrideB;
   using StrideD = typename Gemm::GemmKernel::StrideD;
@@ -164,7 +154,7 @@ void run_instance(const Problem& p) {
       {p.a, sa, p.b, sb},
       {tree, nullptr, sc, static_cast<ElementD*>(p.out), sd}};
 
-  cutlass_check(cached.gemm.can_implement(args), "can_implement");
+  cutlass_check(cached.gemm.can_implement(args), "sm90", "can_implement");
   cached.valid = false;
   if (cached.workspace) {
     check_cuda(cudaFreeAsync(cached.workspace, cached.workspace_stream), "cudaFreeAsync(workspace)");
@@ -175,11 +165,7 @@ void run_instance(const Problem& p) {
     check_cuda(cudaMallocAsync(&cached.workspace, ws_bytes, p.stream), "cudaMallocAsync(workspace)");
     cached.workspace_stream = p.stream;
   }
-  cutlass_check(cached.gemm.initialize(args, cached.workspace, p.stream), "initialize");
-  cached.problem = p;
-  cached.valid = true;
-  cutlass_check(cached.gemm.run(p.stream), "run");
-  check_cuda(cudaGetLastError(), "CUTLASS sm90 kernel launch");
+  initialize_and_launch(cached, p, args, cached.workspace, "sm90");
 }
 
 using TileSmall = Shape<_64, _128, _128>;
@@ -190,37 +176,24 @@ using EpiSmall = cutlass::epilogue::TmaWarpSpecialized;
 using SchedLarge = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpiLarge = cutlass::epilogue::TmaWarpSpecializedCooperative;
 
+// The instance of one output type and outlier variant for the tile.
 template <class ElementD, bool WithOutlier>
-void run_tile(const Problem& p, int tile) {
-  if (tile == kSmallM) {
-    run_instance<Sm90FusedGemm<ElementD, TileSmall, Cluster1, SchedSmall, EpiSmall, WithOutlier>>(
-        p);
-  } else {
-    run_instance<Sm90FusedGemm<ElementD, TileLarge, Cluster1, SchedLarge, EpiLarge, WithOutlier>>(
-        p);
+struct Sm90Launch {
+  static void run(const Problem& p, int tile) {
+    if (tile == kSmallM) {
+      run_instance<
+          Sm90FusedGemm<ElementD, TileSmall, Cluster1, SchedSmall, EpiSmall, WithOutlier>>(p);
+    } else {
+      run_instance<
+          Sm90FusedGemm<ElementD, TileLarge, Cluster1, SchedLarge, EpiLarge, WithOutlier>>(p);
+    }
   }
-}
-
-template <class ElementD>
-void run_typed(const Problem& p, int tile) {
-  if (p.outlier) {
-    run_tile<ElementD, true>(p, tile);
-  } else {
-    run_tile<ElementD, false>(p, tile);
-  }
-}
+};
 
 }  // namespace
 
 void run_sm90(const Problem& p, int out_dtype, int tile) {
-  if (tile != kSmallM && tile != kLarge) throw std::invalid_argument("sm90: unknown tile");
-  if (out_dtype == kOutFloat16) {
-    run_typed<cutlass::half_t>(p, tile);
-  } else if (out_dtype == kOutBFloat16) {
-    run_typed<cutlass::bfloat16_t>(p, tile);
-  } else {
-    throw std::invalid_argument("sm90: out dtype must be float16 or bfloat16");
-  }
+  run_dispatched<Sm90Launch, cutlass::half_t, cutlass::bfloat16_t>("sm90", p, out_dtype, tile);
 }
 
 const char* sm90_instances() {
