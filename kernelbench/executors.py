@@ -2,7 +2,8 @@
 
 The harness (:mod:`kernelbench.harness`) turns a case into :class:`WorkItem` s and knows how to
 measure one; an executor decides where and in which order items run. ``local`` (the default)
-measures them in this process, in order. :data:`EXECUTORS` lists every executor by module path,
+measures them in this process, in order, keeping cells prepared between rounds within a memory
+budget (:mod:`kernelbench.prepared`). :data:`EXECUTORS` lists every executor by module path,
 so a module (Ray's) is imported only when its executor is asked for.
 """
 
@@ -20,6 +21,7 @@ from kernelbench.harness import (
     load_user_activations,
     measure_cell,
 )
+from kernelbench.prepared import PreparedCells, default_limit_bytes
 from kernelbench.results import ResultRow
 
 
@@ -44,8 +46,10 @@ class LocalExecutor:
     def run(self, items, case, opts, done):
         estimator = CallEstimator()
         activations = load_user_activations(opts)
+        limit = opts.keep_prepared_bytes
+        prepared = PreparedCells(default_limit_bytes() if limit is None else limit)
         for item in items:
-            for row in measure_cell(item, case, opts, estimator, done, activations):
+            for row in measure_cell(item, case, opts, estimator, done, activations, prepared):
                 yield item, row
 
 

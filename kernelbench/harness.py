@@ -37,6 +37,7 @@ from kernelbench.core import BASELINE, FP32, METHODS, SkipKind, work_bytes, work
 from kernelbench.env import device_class
 from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings
 from kernelbench.plugins import origin_of
+from kernelbench.prepared import PreparedCell, PreparedCells, resident_bytes
 from kernelbench.quant import QuantConfig, outlier_columns
 from kernelbench.results import ResultRow
 from kernelbench.statistics import median_interval, stats
@@ -77,6 +78,10 @@ class RunOptions:
     extra_rounds: int = 2
     #: Estimated seconds each extra round may take (cheapest uncertain cells first).
     extra_round_budget_s: float = 90.0
+    #: Memory (bytes) a local run may keep cells' inputs and runners in between rounds, so that
+    #: a later round does not quantize the weights again; ``None``: a share of physical memory
+    #: (:func:`kernelbench.prepared.default_limit_bytes`), 0: keep nothing.
+    keep_prepared_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -215,11 +220,14 @@ def measure_cell(
     estimator: CallEstimator,
     done: set[tuple] | None = None,
     activations: torch.Tensor | None = None,
+    prepared: PreparedCells | None = None,
 ) -> Iterator[ResultRow]:
     """Measure every (backend, method) pair on one cell in one round; yields rows as measured.
 
     Accuracy (against the float64 oracle) and stage times are measured in round 0 only: they
-    do not change between rounds, and the oracle is the costliest part of a large cell."""
+    do not change between rounds, and the oracle is the costliest part of a large cell. With
+    ``prepared``, the cell's inputs and runners are kept for its later rounds (within that
+    cache's memory budget), and taken from it when an earlier round kept them."""
     device = resolve_device(opts.device)
     dclass = device_class(device)
     dtype = sixteen_bit_dtype(device)
@@ -240,9 +248,15 @@ def measure_cell(
         return
     if BASELINE in pairs and BASELINE not in todo:
         todo.insert(0, BASELINE)  # the later rows pair with it: time it again, do not write it
-    inputs = make_inputs(case, item.size, item.layer, m, item.dist, dtype, device, activations)
+    cell_key = (item.size.d_model, item.layer, m, item.dist)
+    kept = prepared.get(cell_key) if prepared is not None else None
+    if kept is None:
+        inputs = make_inputs(case, item.size, item.layer, m, item.dist, dtype, device, activations)
+        kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
+        nbytes = sum(t.nbytes for t in (inputs.x, inputs.weight, inputs.bias))
+        kept = PreparedCell(inputs, kept_rows, nbytes=nbytes)
+    inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
-    kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
     cell = _Cell(times={}, baseline_error=None)
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
@@ -262,13 +276,20 @@ def measure_cell(
             warm_s = _warm_enough(item, (backend_name, method), flops, estimator)
             setup = (opts, engine, check, kept_rows, device)
             backend = all_backends()[backend_name]
-            ready.append(_prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s))
+            built = kept.runners.get((backend_name, method))
+            ready.append(_prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built))
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, f"{type(exc).__name__}: {exc}", device)
     _measure_prepared(ready, engine, cell, inputs.seed, device)
     for p in ready:
         if p.row.status == "ok":
             estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model)
+            if p.key not in kept.runners:
+                kept.runners[p.key] = p.runner
+                kept.nbytes += p.nbytes
+    if prepared is not None:
+        prepared.offer(cell_key, kept)
+    del ready, kept
     for row in rows:
         if (row.backend, row.method) != BASELINE or pending(*BASELINE):
             yield _stamp(row)
@@ -313,6 +334,7 @@ class _Prepared:
     runner: Runner
     warmed_s: float  # seconds of calls it already had (its first call, or the estimate)
     with_stages: bool
+    nbytes: int = 0  # memory its building took (resident set, or CUDA allocations)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -341,29 +363,47 @@ class _AccuracyCheck:
         self.rows_idx = _error_rows(inputs.x.shape[0], opts.error_rows, inputs.seed)
         x_sub = inputs.x[self.rows_idx.to(device)]
         self.reference = oracle.exact(x_sub, inputs.weight, inputs.bias)
+        self._int_products: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def _int_product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """The exact product of int8 operands on the checked rows (float64 is exact here).
+        Backends that quantize alike share operands: each distinct pair is multiplied once (at
+        175B shapes one such product costs a 2-core CPU ten seconds)."""
+        for a0, b0, ref in self._int_products:
+            same_shapes = a0.shape == a.shape and b0.shape == b.shape
+            if same_shapes and torch.equal(a0, a) and torch.equal(b0, b):
+                return ref
+        ref = a[self.rows_idx.to(a.device)].double() @ b.double().T
+        self._int_products.append((a, b, ref))
+        return ref
 
     def errors(self, runner: Runner, y: torch.Tensor) -> tuple[float, float]:
         """(relative Frobenius error, max abs error) of the runner's output ``y``."""
-        if runner.returns_int32:
-            # int8_raw: the exact integer product of the same operands (float64 is exact here).
-            a, b = runner.operands
-            ref = a[self.rows_idx.to(a.device)].double() @ b.double().T
-        else:
-            ref = self.reference
+        # int8_raw: the exact integer product of the same operands
+        ref = self._int_product(*runner.operands) if runner.returns_int32 else self.reference
         got = y[self.rows_idx.to(y.device)].cpu()
         return oracle.rel_frobenius(got, ref.cpu()), oracle.max_abs_error(got, ref.cpu())
 
 
-def _prepare_row(row, backend, inputs, setup, inputs_bytes: int, warm_s: float | None):
-    """Build the row's runner and make its first call (in round 0 checked against the oracle);
-    with ``warm_s``, skip the first call and count that much warm-up as done."""
+def _prepare_row(
+    row, backend, inputs, setup, inputs_bytes: int, warm_s: float | None, runner: Runner | None
+):
+    """Build the row's runner (unless an earlier round's ``runner`` is given) and make its first
+    call (in round 0 checked against the oracle); with ``warm_s``, skip the first call and
+    count that much warm-up as done."""
     opts, engine, check, kept_rows, device = setup
     if device.type == "cuda":
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-    runner: Runner = backend.runner(
-        row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
-    )
+    nbytes = 0
+    if runner is None:
+        in_use = resident_bytes(device)
+        runner = backend.runner(
+            row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
+        )
+        grown = resident_bytes(device)
+        grown = grown - in_use if grown is not None and in_use is not None else 0
+        nbytes = max(grown, runner.weight_bytes)
     if warm_s is None:
         y, warm_s = engine.first_call(runner.run)
         if check is not None:
@@ -375,7 +415,7 @@ def _prepare_row(row, backend, inputs, setup, inputs_bytes: int, warm_s: float |
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - before
         row.peak_mem_bytes = int(inputs_bytes + peak)
-    return _Prepared(row, runner, warm_s, with_stages=check is not None)
+    return _Prepared(row, runner, warm_s, with_stages=check is not None, nbytes=nbytes)
 
 
 def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, device) -> None:

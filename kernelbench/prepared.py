@@ -1,0 +1,95 @@
+"""Prepared cells kept between rounds: a cell's inputs and built runners, reused by its later
+rounds while they fit in a memory budget.
+
+Building a runner quantizes (and packs) the cell's 16-bit weight. At 175B shapes on a 2-core CPU
+that takes about ten seconds per runner, two minutes per cell and round: more than the timing
+itself. A cell's inputs and weights are the same in every round (same seed), so a later round
+that finds the cell kept skips the building and only times. Nothing measured is kept: rows,
+samples and accuracy are each round's own. What is kept is bounded by ``limit_bytes`` (the
+resident memory the cell's inputs and runners added when built); a cell that does not fit is
+built again in its next round, as if there were no cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelbench.backends.base import Runner
+from kernelbench.cases import CellInputs
+
+#: Share of the machine's physical memory a run may keep prepared cells in, by default.
+DEFAULT_SHARE = 0.35
+
+
+def default_limit_bytes() -> int:
+    """``DEFAULT_SHARE`` of physical memory (0 where the platform does not say)."""
+    try:
+        return int(DEFAULT_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def resident_bytes(device: torch.device) -> int | None:
+    """Memory in use now: CUDA allocations on CUDA, the process's resident set on the CPU
+    (``None`` where the platform does not say)."""
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class PreparedCell:
+    """One cell's inputs, its calibrated outlier dims and the runners built on them."""
+
+    inputs: CellInputs
+    kept_rows: torch.Tensor
+    runners: dict[tuple[str, str], Runner] = field(default_factory=dict)
+    nbytes: int = 0
+
+
+class PreparedCells:
+    """Prepared cells by cell key, within ``limit_bytes``. A cell that does not fit may push out
+    the least recently used smaller ones (keeping a large cell saves more building than keeping
+    a small one); otherwise it is not kept."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = max(0, int(limit_bytes))
+        self._cells: OrderedDict[Hashable, PreparedCell] = OrderedDict()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self._cells.values())
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def get(self, key: Hashable) -> PreparedCell | None:
+        cell = self._cells.get(key)
+        if cell is not None:
+            self._cells.move_to_end(key)
+        return cell
+
+    def offer(self, key: Hashable, cell: PreparedCell) -> bool:
+        """Keep ``cell`` under ``key`` if it fits (pushing out smaller cells); True if kept."""
+        self._cells.pop(key, None)
+        if cell.nbytes > self.limit_bytes:
+            return False
+        smaller = [k for k, c in self._cells.items() if c.nbytes < cell.nbytes]
+        free = self.limit_bytes - self.nbytes
+        if free + sum(self._cells[k].nbytes for k in smaller) < cell.nbytes:
+            return False
+        for k in smaller:
+            if free >= cell.nbytes:
+                break
+            free += self._cells.pop(k).nbytes
+        self._cells[key] = cell
+        return True

@@ -1,0 +1,67 @@
+"""Cells kept prepared between rounds: the memory budget's policy, and a later round reusing
+the runners an earlier round built (and building them again when nothing was kept)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelbench.backends import all_backends
+from kernelbench.cases import CellInputs, load_case
+from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
+from kernelbench.measure import TimerSettings
+from kernelbench.prepared import PreparedCell, PreparedCells, default_limit_bytes
+
+
+def cell(nbytes: int) -> PreparedCell:
+    t = torch.ones(1)
+    return PreparedCell(CellInputs(t, t, t, seed=1, planted_outliers=0), t, nbytes=nbytes)
+
+
+def test_cells_are_kept_within_the_limit_and_large_ones_push_out_smaller_ones():
+    cache = PreparedCells(100)
+    assert cache.offer("a", cell(30)) and cache.offer("b", cell(40))
+    assert not cache.offer("huge", cell(101)) and cache.get("huge") is None
+    assert cache.offer("c", cell(60))  # pushes out "a" (least recently used, smaller)...
+    assert cache.get("a") is None and cache.get("b") is not None  # ... and only as much as needed
+    assert cache.nbytes == 100
+    assert not cache.offer("d", cell(50))  # only smaller cells may go, and they do not free 50
+    assert cache.get("b") is not None and cache.get("c") is not None
+    assert not PreparedCells(0).offer("a", cell(1))
+    assert default_limit_bytes() > 0
+
+
+def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
+    case = load_case("gpt3")
+    opts = RunOptions(
+        sizes=(768,),
+        tokens=(8,),
+        backends=("torch", "custom"),
+        methods=("fp16", "int8_raw", "llm_int8"),
+        timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1),
+        stage_timer=TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1),
+        error_rows=8,
+        rounds=2,
+        extra_rounds=0,
+    )
+    builds: list[tuple[str, str]] = []
+    backends = dict(all_backends())
+    for name in ("torch", "custom"):
+        real = type(backends[name]).runner
+
+        def counting(self, method, *a, _real=real, **kw):
+            builds.append((self.name, method))
+            return _real(self, method, *a, **kw)
+
+        monkeypatch.setattr(type(backends[name]), "runner", counting)
+    first, later = plan(case, opts)
+    for limit, built_again in ((1 << 40, 0), (0, 5)):
+        cache, estimator = PreparedCells(limit), CallEstimator()
+        list(measure_cell(first, case, opts, estimator, prepared=cache))
+        assert len(builds) == 5
+        builds.clear()
+        rows = list(measure_cell(later, case, opts, estimator, prepared=cache))
+        assert len(builds) == built_again
+        measured = [r for r in rows if r.status != "skipped"]
+        assert len(measured) == 5 and all(r.status == "ok" and r.samples >= 1 for r in measured)
+        assert {r.outlier_cols for r in rows if r.method == "llm_int8"} == {2}
+        builds.clear()
