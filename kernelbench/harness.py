@@ -24,7 +24,7 @@ import datetime as dt
 import random
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -250,11 +250,13 @@ def measure_cell(
         todo.insert(0, BASELINE)  # the later rows pair with it: time it again, do not write it
     cell_key = (item.size.d_model, item.layer, m, item.dist)
     kept = prepared.get(cell_key) if prepared is not None else None
+    if prepared is not None and (kept is None or any(p not in kept.runners for p in todo)):
+        prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
+    in_use = resident_bytes(device)
     if kept is None:
         inputs = make_inputs(case, item.size, item.layer, m, item.dist, dtype, device, activations)
         kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
-        nbytes = sum(t.nbytes for t in (inputs.x, inputs.weight, inputs.bias))
-        kept = PreparedCell(inputs, kept_rows, nbytes=nbytes)
+        kept = PreparedCell(inputs, kept_rows)
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
@@ -278,18 +280,25 @@ def measure_cell(
             backend = all_backends()[backend_name]
             built = kept.runners.get((backend_name, method))
             ready.append(_prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built))
+            if check is None:  # stages and operands serve round 0 only: free what they hold
+                ready[-1].runner = replace(ready[-1].runner, stages={}, operands=None)
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, f"{type(exc).__name__}: {exc}", device)
     _measure_prepared(ready, engine, cell, inputs.seed, device)
     for p in ready:
         if p.row.status == "ok":
             estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model)
-            if p.key not in kept.runners:
-                kept.runners[p.key] = p.runner
-                kept.nbytes += p.nbytes
+            if prepared is not None and p.key not in kept.runners:
+                kept.runners[p.key] = replace(p.runner, stages={}, operands=None)
+    del ready, check
     if prepared is not None:
+        grown = resident_bytes(device)
+        if grown is not None and in_use is not None:
+            kept.nbytes += max(0, grown - in_use)
+        else:
+            kept.nbytes += sum(r.weight_bytes for r in kept.runners.values())
         prepared.offer(cell_key, kept)
-    del ready, kept
+    del kept
     for row in rows:
         if (row.backend, row.method) != BASELINE or pending(*BASELINE):
             yield _stamp(row)
@@ -311,6 +320,12 @@ def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, esti
         )
     return None
 
+
+#: Memory a cell's measurement may need, per byte of its 16-bit weight: every row's runner is
+#: alive during the cycles (an int8 weight, stage inputs and operands each, the fp32 copy), and
+#: round 0 adds the float64 oracle. Measured at 175B shapes on the CPU: 15 GB for a 1.2 GB
+#: weight. Cells kept from earlier rounds are let go when less than this is free.
+WORKING_SET_PER_WEIGHT_BYTE = 14
 
 #: In rounds after the first, a row whose call this run measured at this many seconds or more
 #: skips its separate first call: its calls in the cycles are warm enough, and at 175B shapes
@@ -334,7 +349,6 @@ class _Prepared:
     runner: Runner
     warmed_s: float  # seconds of calls it already had (its first call, or the estimate)
     with_stages: bool
-    nbytes: int = 0  # memory its building took (resident set, or CUDA allocations)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -395,15 +409,10 @@ def _prepare_row(
     if device.type == "cuda":
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-    nbytes = 0
     if runner is None:
-        in_use = resident_bytes(device)
         runner = backend.runner(
             row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
         )
-        grown = resident_bytes(device)
-        grown = grown - in_use if grown is not None and in_use is not None else 0
-        nbytes = max(grown, runner.weight_bytes)
     if warm_s is None:
         y, warm_s = engine.first_call(runner.run)
         if check is not None:
@@ -415,7 +424,7 @@ def _prepare_row(
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - before
         row.peak_mem_bytes = int(inputs_bytes + peak)
-    return _Prepared(row, runner, warm_s, with_stages=check is not None, nbytes=nbytes)
+    return _Prepared(row, runner, warm_s, with_stages=check is not None)
 
 
 def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, device) -> None:

@@ -12,6 +12,7 @@ built again in its next round, as if there were no cache.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -23,7 +24,7 @@ from kernelbench.backends.base import Runner
 from kernelbench.cases import CellInputs
 
 #: Share of the machine's physical memory a run may keep prepared cells in, by default.
-DEFAULT_SHARE = 0.35
+DEFAULT_SHARE = 0.45
 
 
 def default_limit_bytes() -> int:
@@ -32,6 +33,18 @@ def default_limit_bytes() -> int:
         return int(DEFAULT_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+def available_bytes() -> int | None:
+    """Memory the system can still give (``MemAvailable``; ``None`` where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def resident_bytes(device: torch.device) -> int | None:
@@ -77,6 +90,21 @@ class PreparedCells:
         if cell is not None:
             self._cells.move_to_end(key)
         return cell
+
+    def make_room(
+        self, needed_bytes: int, keep: Hashable = None, available=available_bytes
+    ) -> None:
+        """Let kept cells go (least recently used first, ``keep`` last) while the system has
+        less than ``needed_bytes`` free: a cell about to be built must never run out of memory
+        because of what an earlier one left here."""
+        while self._cells:
+            free = available()
+            if free is None or free >= needed_bytes:
+                return
+            others = [k for k in self._cells if k != keep]
+            victim = others[0] if others else next(iter(self._cells))
+            del self._cells[victim]
+            gc.collect()
 
     def offer(self, key: Hashable, cell: PreparedCell) -> bool:
         """Keep ``cell`` under ``key`` if it fits (pushing out smaller cells); True if kept."""

@@ -30,6 +30,20 @@ def test_cells_are_kept_within_the_limit_and_large_ones_push_out_smaller_ones():
     assert default_limit_bytes() > 0
 
 
+def test_cells_are_let_go_while_memory_is_short_the_one_about_to_run_last():
+    cache = PreparedCells(100)
+    for key in ("a", "b", "c"):
+        cache.offer(key, cell(10))
+    cache.get("a")  # least recently used: "b", then "c", then "a"
+    free = iter([5, 7, 50])
+    cache.make_room(20, keep="b", available=lambda: next(free))
+    assert len(cache) == 1 and cache.get("b") is not None  # "c" and "a" went first
+    cache.make_room(20, keep="b", available=lambda: None)  # unknown: nothing to judge by
+    assert len(cache) == 1
+    cache.make_room(20, keep="b", available=lambda: 0)
+    assert len(cache) == 0  # when nothing else is left, the kept one goes too
+
+
 def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
     case = load_case("gpt3")
     opts = RunOptions(
