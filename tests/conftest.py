@@ -52,13 +52,17 @@ DEVICES = ("cpu", "cuda")
 
 
 def _backend_params(select=lambda backend: True):
+    """One parameter per backend and device; a ``cuda`` one carries the ``gpu`` mark, so
+    ``pytest -m gpu`` selects the contract tests on the GPU."""
     params = []
     for name, backend in all_backends().items():
         if not select(backend):
             continue
         for device in DEVICES:
             avail = backend.availability(torch.device(device))
-            marks = () if avail else (pytest.mark.skip(reason=f"{name}: {avail.reason}"),)
+            marks = [pytest.mark.gpu] if device == "cuda" else []
+            if not avail:
+                marks.append(pytest.mark.skip(reason=f"{name}: {avail.reason}"))
             params.append(pytest.param((name, device), id=f"{name}-{device}", marks=marks))
     return params
 
@@ -155,38 +159,24 @@ def make_row(
     method: str = "llm_int8",
     backend: str = "custom",
     *,
+    case: str = "gpt3",
     d_model: int = 768,
     layer: str = "ffn1",
     tokens: int = 8,
     status: str = "ok",
     **fields,
 ) -> ResultRow:
-    """One result row of a real gpt3 cell (size, m, k, n, declared work from the case), on
-    ``cpu-test-2core``. An ok row is timed (1 ms, its 16-bit baseline 1 ms, 20 samples) and
+    """One result row of a real cell of ``case`` (size, m, k, n, declared work from the case),
+    on ``cpu-test-2core``. An ok row is timed (1 ms, its 16-bit baseline 1 ms, 20 samples) and
     has an error; a skipped row gets the skip kind ``unsupported``. ``fields`` override any of
     it (and set any other field)."""
-    case = load_case("gpt3")
-    k, n = case.shape(layer, d_model)
-    row = dict(
-        case="gpt3",
-        size=case.size(d_model).name,
-        d_model=d_model,
-        layer=layer,
-        tokens=tokens,
-        m=tokens,
-        k=k,
-        n=n,
-        dist="outliers",
-        seed=0,
-        backend=backend,
-        method=method,
-        device="cpu",
-        device_class="cpu-test-2core",
-        dtype="bfloat16",
-        status=status,
-        flops=work_flops(tokens, k, n),
-        bytes=work_bytes(method, tokens, k, n),
-    )
+    spec = load_case(case)
+    k, n = spec.shape(layer, d_model)
+    row = dict(case=case, size=spec.size(d_model).name, d_model=d_model, layer=layer)
+    row |= dict(tokens=tokens, m=tokens, k=k, n=n, dist="outliers", seed=0, dtype="bfloat16")
+    row |= dict(backend=backend, method=method, device="cpu", device_class="cpu-test-2core")
+    row |= dict(status=status, flops=work_flops(tokens, k, n))
+    row |= dict(bytes=work_bytes(method, tokens, k, n))
     if status == "ok":
         row |= dict(median_ms=1.0, baseline_ms=1.0, speedup=1.0, rel_spread=0.02, samples=20)
         row |= dict(rel_error=4e-3 if method == "fp16" else 1e-3)

@@ -89,22 +89,35 @@ def test_every_method_matches_oracle(
             )
 
 
-def test_int8_raw_is_the_exact_integer_product(
-    backend, methods_of, make_outliers, make_randn, device
+#: int8 GEMM shapes: tails of every tile, k = 4096 and beyond, k and n that the CUDA GEMMs pad
+#: to multiples of 16.
+GEMM_SHAPES = [(33, 65, 19), (1, 16, 16), (17, 64, 32), (128, 4096, 64), (8, 20, 33), (3, 5140, 17)]
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_SHAPES)
+def test_int8_matmul_is_the_exact_integer_product(
+    backend, methods_of, make_outliers, make_randn, device, m, k, n
 ):
+    """Stage by stage: the GEMM on the backend's own operands, bit for bit."""
     exact_int8(backend, methods_of, device)
-    x, _ = make_outliers(33, 65)
-    w = make_randn(19, 65)
-    cfg = QuantConfig()
-    # stage by stage: the GEMM on the backend's own operands, bit for bit
-    pw = backend.prepare_weight(w, None, cfg.without_decomposition())
-    qa = backend.quantize(x, pw, cfg.without_decomposition())
+    x, _ = make_outliers(m, k)
+    w = make_randn(n, k)
+    cfg = QuantConfig().without_decomposition()
+    pw = backend.prepare_weight(w, None, cfg)
+    qa = backend.quantize(x, pw, cfg)
     acc = backend.int8_matmul(qa.int8, pw)
-    w8 = pw.int8_columns(torch.arange(65, device=device))
+    w8 = pw.int8_columns(torch.arange(k, device=device))
     assert acc.dtype == torch.int32
-    assert torch.equal(acc.to(torch.int64), oracle.int_product(qa.int8, w8))
-    # extreme operands: every product at +-127^2, and -128 in the activations, which the GEMM
-    # must take exactly (weights at -128: tests/test_cpu_kernels.py and the kernel-set test)
+    assert acc.shape == (m, n)
+    assert torch.equal(acc.to(torch.int64).cpu(), oracle.int_product(qa.int8.cpu(), w8.cpu()))
+
+
+def test_int8_matmul_extremes_are_exact(backend, methods_of, device):
+    """Every product at +-127^2, -128 in the activations (which the GEMM must take exactly;
+    weights at -128: tests/test_cpu_kernels.py and the kernel-set test), and the largest sum of
+    a k = 4096 row: 127^2 * 4096."""
+    exact_int8(backend, methods_of, device)
+    cfg = QuantConfig()
     a = torch.full((5, 65), -127, dtype=torch.int8, device=device)
     a[0] = -128
     a[1, ::2] = 127
@@ -114,7 +127,13 @@ def test_int8_raw_is_the_exact_integer_product(
     b = pb.int8_columns(torch.arange(65, device=device))
     assert set(b.unique().tolist()) == {-127, 127}
     got = backend.int8_matmul(a, pb)
-    assert torch.equal(got.to(torch.int64), oracle.int_product(a, b))
+    assert torch.equal(got.to(torch.int64).cpu(), oracle.int_product(a.cpu(), b.cpu()))
+    k = 4096
+    a = torch.full((32, k), -127, dtype=torch.int8, device=device)
+    pb = backend.prepare_weight(-torch.ones(16, k, dtype=BF16, device=device), None, cfg)
+    got = backend.int8_matmul(a, pb)
+    assert got.dtype == torch.int32
+    assert bool((got == 127 * 127 * k).all())
 
 
 def test_int8_raw_runner_equals_oracle_on_tie_free_inputs(backend, methods_of, gen, device):
@@ -132,24 +151,38 @@ def test_int8_raw_runner_equals_oracle_on_tie_free_inputs(backend, methods_of, g
     assert torch.equal(ref, qx @ qw.T)
 
 
+@pytest.mark.parametrize("m,k", [(29, 67), (1, 8), (40, 4104)])
 @pytest.mark.parametrize("cfg", CFGS)
 @pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
-def test_custom_and_torch_quantize_identically(make_outliers, make_randn, cfg, dtype):
-    custom, torch_b = need_custom(), get_backend("torch")
-    x, dims = make_outliers(29, 67, dtype=dtype)
-    w = make_randn(23, 67, dtype=dtype)
+def test_stages_quantize_like_the_reference(
+    backend, methods_of, make_outliers, make_randn, device, m, k, cfg, dtype
+):
+    """The weight preparation, the outlier columns (a column at exactly alpha included), the
+    activation quantization and the int8 product are the ``torch`` backend's (kernelbench.quant's
+    math) on the same device, bit for bit, with and without kept 16-bit weight rows."""
+    if backend.name == "torch":
+        pytest.skip("torch is the reference")
+    if "llm_int8" not in methods_of(backend, dtype, m, k, 23, device=device):
+        pytest.skip(f"{backend.name} runs no llm_int8 in {dtype} on {device}")
+    ref = get_backend("torch")
+    x, dims = make_outliers(m, k, dtype=dtype)
+    free = [j for j in range(k) if j not in set(dims.tolist())]
+    if free:  # a column whose largest magnitude is exactly alpha: an outlier under '>=' only
+        x[:, free[0]] = x[:, free[0]].clamp(-cfg.alpha / 2, cfg.alpha / 2)
+        x[0, free[0]] = cfg.alpha
+    w = make_randn(23, k, dtype=dtype)
+    cols = torch.arange(k, device=device)
     for kept in (None, dims):
-        pc = custom.prepare_weight(w, None, cfg, kept)
-        pt = torch_b.prepare_weight(w, None, cfg, kept)
-        assert torch.equal(pc.absmax, pt.absmax)
-        assert torch.equal(pc.int8_columns(torch.arange(67)), pt.int8)
-        assert torch.equal(pc.kept_rows, pt.kept_rows)
-        qc, qt = custom.quantize(x, pc, cfg), torch_b.quantize(x, pt, cfg)
-        assert torch.equal(qc.outlier_cols, qt.outlier_cols)
-        assert torch.equal(qc.int8, qt.int8)
-        assert torch.equal(qc.absmax, qt.absmax)
-        assert torch.equal(qc.outlier_values, qt.outlier_values)
-        assert torch.equal(custom.int8_matmul(qc.int8, pc), torch_b.int8_matmul(qt.int8, pt))
+        pb, pr = backend.prepare_weight(w, None, cfg, kept), ref.prepare_weight(w, None, cfg, kept)
+        assert torch.equal(pb.absmax, pr.absmax)
+        assert torch.equal(pb.int8_columns(cols), pr.int8_columns(cols))
+        assert torch.equal(pb.kept_rows, pr.kept_rows)
+        qb, qr = backend.quantize(x, pb, cfg), ref.quantize(x, pr, cfg)
+        assert torch.equal(qb.outlier_cols, qr.outlier_cols)
+        assert torch.equal(qb.int8, qr.int8)
+        assert torch.equal(qb.absmax, qr.absmax)
+        assert torch.equal(qb.outlier_values, qr.outlier_values)
+        assert torch.equal(backend.int8_matmul(qb.int8, pb), ref.int8_matmul(qr.int8, pr))
 
 
 KERNEL_SETS = ("scalar", "avx2", "avx512vnni")
@@ -253,8 +286,8 @@ def test_runner_stages_reproduce_run(backend, methods_of, make_outliers, make_ra
     r = backend.runner("llm_int8", x, w, None, QuantConfig())
     assert r.outlier_cols == len(dims)
     assert set(r.stages) == set(STAGES)
-    for stage in r.stages.values():
-        stage()
+    for name, stage in r.stages.items():
+        assert stage() is not None, name
     assert torch.equal(r.run(), r.run())
 
 
@@ -275,6 +308,65 @@ def test_alpha_semantics(backend, methods_of, make_randn, device, check_oracle, 
     r_off = backend.runner("llm_int8", x, w, bias, off)
     assert r_off.outlier_cols == 0
     assert torch.equal(r_off.run(), backend.runner("vectorwise", x, w, bias, cfg).run())
+
+
+INT8_METHODS = ("int8_raw", "vectorwise", "llm_int8")
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 64, 32), (7, 100, 37), (257, 1024, 128), (8, 20, 33), (3, 5140, 17), (5, 37, 5140)],
+)
+def test_gemm_sizes_match_oracle(
+    backend, methods_of, check_oracle, make_outliers, make_randn, device, m, k, n
+):
+    """Every method in fp16 on sizes from one token to n = 5140 (GPT-3 13B's d), with k and n
+    that the CUDA GEMMs pad, within the oracle tolerance."""
+    methods = methods_of(backend, torch.float16, m, k, n, device=device)
+    if not methods:
+        pytest.skip(f"{backend.name} runs nothing in fp16 at {m}x{k}x{n} on {device}")
+    x, dims = make_outliers(m, k, n_outlier_dims=min(4, k), dtype=torch.float16)
+    w = make_randn(n, k, dtype=torch.float16, scale=k**-0.5)
+    bias = make_randn(n, dtype=torch.float16)
+    cfg = QuantConfig(6.0, ">=")
+    for method in methods:
+        kept = dims if method == "llm_int8" else None
+        y = backend.runner(method, x, w, bias, cfg, kept_rows=kept).run()
+        what = f"{backend.name}/{method} {m}x{k}x{n} on {device}"
+        check_oracle(y, method, x, w, bias, cfg, kept, what=what, backend=backend)
+
+
+def test_tiny_absmax_row_matches_oracle(backend, methods_of, check_oracle, make_randn, device):
+    """A token with absmax 1e-38 (127 / absmax overflows float32): the other tokens within the
+    oracle tolerance, that one within 2% (its outputs are subnormal in 16 bits)."""
+    methods = [m for m in methods_of(backend, device=device) if m in ("vectorwise", "llm_int8")]
+    if not methods:
+        pytest.skip(f"{backend.name} has no vectorwise or llm_int8 on {device}")
+    x = make_randn(4, 64, dtype=torch.float32)
+    x[1] = x[1] * 1e-38 / x[1].abs().amax()
+    x = x.to(BF16)
+    w, cfg = make_randn(32, 64, scale=0.125), QuantConfig()
+    normal = torch.tensor([0, 2, 3], device=device)
+    for method in methods:
+        y = backend.runner(method, x, w, None, cfg).run()
+        ref = oracle.emulate(method, x, w, None, cfg)
+        assert oracle.rel_frobenius(y[1], ref[1]) < 2e-2, method
+        what = f"{backend.name}/{method} normal rows"
+        check_oracle(y[normal], method, x[normal], w, None, cfg, what=what, backend=backend)
+
+
+def test_misaligned_activation_gives_the_same_result(backend, methods_of, make_randn, device):
+    """An activation one element off any vector alignment (a view into a larger buffer) gives
+    what its aligned copy gives, bit for bit (the kernels' unaligned paths)."""
+    methods = [m for m in methods_of(backend, device=device) if m in INT8_METHODS]
+    if not methods:
+        pytest.skip(f"{backend.name} runs no int8 method on {device}")
+    x = make_randn(1 + 32 * 64)[1:].view(32, 64)
+    x[:, 9] *= 40  # an outlier column
+    w = make_randn(16, 64)
+    for method in methods:
+        y = backend.runner(method, x, w, None, QuantConfig()).run()
+        assert torch.equal(y, backend.runner(method, x.clone(), w, None, QuantConfig()).run())
 
 
 def test_registry_lists_torch_and_custom():

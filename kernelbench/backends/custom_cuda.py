@@ -10,8 +10,8 @@ the int8 weight to (n_p, k_p) with zeros once (:class:`kernelbench.padding.Padde
 (:mod:`kernelbench.padding`, exact). The quantize and dequantize kernels take any k and n.
 
 The GPU paths are unverified until they have run on a GPU; the stages follow
-:mod:`kernelbench.quant` (same operation order in fp32), which ``tests/test_cuda.py`` checks
-there.
+:mod:`kernelbench.quant` (same operation order in fp32), which the backend contract tests
+(``device=cuda``) and ``tests/test_gpu_kernels.py`` check there.
 """
 
 from __future__ import annotations
