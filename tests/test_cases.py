@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import make_row
 
 from kernelbench.cases import load_case
 from kernelbench.checks import InputError
@@ -53,32 +54,22 @@ def test_layer_all_plans_every_layer_of_every_size_and_unknown_layers_are_named(
         plan(case, RunOptions(case="llama", sizes=(4096,), layer="ffn1", rounds=1))
 
 
-def _layer_row(layer: str, method: str, ms: float, speedup: float, **kw) -> ResultRow:
-    return ResultRow(
+def _layer_row(layer: str, method: str, ms: float, speedup: float) -> ResultRow:
+    """A llama2-7b layer row taking ``ms``, ``speedup`` times faster than its 16-bit baseline
+    (95% interval +-10%)."""
+    return make_row(
+        method,
         case="llama",
-        size="llama2-7b",
         d_model=4096,
         layer=layer,
-        tokens=8,
-        m=8,
-        k=4096,
-        n=4096,
-        dist="outliers",
         seed=1,
-        backend="custom",
-        method=method,
-        device="cpu",
-        device_class="cpu-test",
-        dtype="bfloat16",
         median_ms=ms,
+        baseline_ms=ms * speedup,
         speedup=speedup,
         speedup_lo=speedup * 0.9,
         speedup_hi=speedup * 1.1,
         paired=True,
         samples=5,
-        flops=1e9,
-        bytes=1e6,
-        **kw,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import make_row
 
 from kernelbench.core import work_bytes, work_flops
 from kernelbench.harness import followup_items
@@ -17,34 +18,15 @@ M, K, N = 2048, 768, 3072
 
 
 def row(method: str, ratios: list[float], base_ms: float = 10.0, round_=0, **kw) -> dict:
-    """A measured row whose pairs have these speedups over a baseline of ``base_ms``."""
-    fields = dict(
-        case="gpt3",
-        size="125M",
-        d_model=768,
-        layer="ffn1",
-        tokens=M,
-        m=M,
-        k=K,
-        n=N,
-        dist="outliers",
-        seed=1,
-        backend="custom",
-        method=method,
-        device="cpu",
-        device_class="cpu-test",
-        dtype="bfloat16",
-        round=round_,
-        raw_ms=[base_ms / r for r in ratios],
-        baseline_raw_ms=[base_ms] * len(ratios),
-        paired=bool(ratios),
-        samples=len(ratios),
-        flops=work_flops(M, K, N),
-        bytes=work_bytes(method, M, K, N),
-    )
-    fields["median_ms"] = sorted(fields["raw_ms"])[len(ratios) // 2] if ratios else None
-    fields.update(kw)
-    return dataclasses.asdict(ResultRow(**fields))
+    """A measured row whose pairs have these speedups over a baseline of ``base_ms`` (what the
+    pooling derives from the pairs is left unset)."""
+    raw_ms = [base_ms / r for r in ratios]
+    fields = dict(tokens=M, seed=1, device_class="cpu-test", round=round_, raw_ms=raw_ms)
+    fields |= dict(baseline_raw_ms=[base_ms] * len(ratios), paired=bool(ratios))
+    median = sorted(raw_ms)[len(ratios) // 2] if ratios else None
+    fields |= dict(samples=len(ratios), median_ms=median)
+    fields |= dict(baseline_ms=None, speedup=None, rel_spread=None, rel_error=None)
+    return dataclasses.asdict(make_row(method, **(fields | kw)))
 
 
 def baseline(round_=0) -> dict:

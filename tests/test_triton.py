@@ -52,18 +52,25 @@ HELPER = Path(__file__).with_name("triton_interpreter_run.py")
 F64 = torch.float64
 
 
+#: The interpreter helper's argument names, in the order of :func:`_case`'s.
+CASE_KEYS = (
+    "name",
+    "method",
+    "x",
+    "weight",
+    "bias",
+    "alpha",
+    "outlier_cmp",
+    "outlier_weights",
+    "kept_rows",
+)
+
+
 def _case(name, method, x, w, bias=None, alpha=6.0, cmp=">", ow="fp16", kept=None):
-    return dict(
-        name=name,
-        method=method,
-        x=x,
-        weight=w,
-        bias=bias,
-        alpha=alpha,
-        outlier_cmp=cmp,
-        outlier_weights=ow,
-        kept_rows=kept if kept is not None else torch.zeros(0, dtype=torch.int64),
-    )
+    """One case for the interpreter helper (its argument names)."""
+    if kept is None:
+        kept = torch.zeros(0, dtype=torch.int64)
+    return dict(zip(CASE_KEYS, (name, method, x, w, bias, alpha, cmp, ow, kept), strict=True))
 
 
 def _cases(randn, outliers) -> list[dict]:
