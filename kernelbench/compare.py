@@ -59,6 +59,9 @@ from kernelbench.verdict import speed_verdict
 #: change in quantization (a rounding rule, a lost outlier column) moves ``rel_error`` by
 #: orders of magnitude more.
 ERROR_EPS = 1e-9
+#: The default tolerances: a slowdown of 10% beyond both runs' noise, no error increase.
+SPEED_TOL = 0.10
+ERROR_TOL = 0.0
 
 
 EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
@@ -233,8 +236,8 @@ def _check_tolerances(speed_tol: float, error_tol: float) -> None:
 def compare_runs(
     base: Path,
     new: Path,
-    speed_tol: float = 0.10,
-    error_tol: float = 0.0,
+    speed_tol: float = SPEED_TOL,
+    error_tol: float = ERROR_TOL,
     backends: list[str] | None = None,
 ) -> Comparison:
     """Compare run NEW against run BASE (run directories or ``results.jsonl`` files).
@@ -255,8 +258,8 @@ def compare_runs(
 def compare_loaded_runs(
     b_run: LoadedRun,
     n_run: LoadedRun,
-    speed_tol: float = 0.10,
-    error_tol: float = 0.0,
+    speed_tol: float = SPEED_TOL,
+    error_tol: float = ERROR_TOL,
     backends: list[str] | None = None,
 ) -> Comparison:
     """:func:`compare_runs` on runs already read with :func:`load_run` (e.g. to compare many

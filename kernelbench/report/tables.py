@@ -7,6 +7,7 @@ every string. Numbers are formatted once, here, so the tests can compare them wi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -90,6 +91,42 @@ def _cell_attrs(backend: str, method: str, d_model: int, value: float | None) ->
     }
 
 
+#: The cell of one (method, model dimension) of a grid.
+CellOf = Callable[[str, int], Cell]
+
+
+def _method_rows(
+    df: pd.DataFrame, dims: list[int], cell: CellOf, sub: Callable[[str], str] = str
+) -> list[Row]:
+    """A row per method of ``df`` (in the report's order), a cell per model dimension."""
+    return [
+        Row(data.method_label(method), sub(method), [cell(method, d) for d in dims])
+        for method in data.sorted_methods(df["method"])
+    ]
+
+
+def _backend_grids(
+    df_all: pd.DataFrame,
+    kind: str,
+    caption: str,
+    cells: Callable[[str, pd.DataFrame], CellOf | None],
+    sub: Callable[[str], str] = str,
+) -> list[Grid]:
+    """One grid per backend of ``df_all``: ``cells(backend, its rows)`` gives the backend's
+    cell function (None leaves the backend out)."""
+    grids = []
+    for backend, df in sorted(df_all.groupby("backend"), key=lambda kv: str(kv[0])):
+        cell = cells(str(backend), df)
+        if cell is None:
+            continue
+        dims, columns = _columns(df)
+        rows = _method_rows(df, dims, cell, sub)
+        grids.append(
+            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, kind)
+        )
+    return grids
+
+
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
@@ -118,117 +155,92 @@ def suspect_rows(ok: pd.DataFrame) -> list[dict[str, str]]:
 
 def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
     """App. D.1 Table 5 per backend: our speedup over 16-bit, the paper's figure beside it."""
-    grids = []
-    for backend, df in sorted(ok.groupby("backend"), key=lambda kv: str(kv[0])):
-        dims, columns = _columns(df)
+
+    def cells(backend: str, df: pd.DataFrame) -> CellOf:
         ours, paper = _pivot(df, "speedup"), _pivot(df, "paper_speedup")
         rows_by = {(r["method"], r["d_model"]): r for r in df.to_dict("records")}
-        rows = []
-        for method in data.sorted_methods(df["method"]):
-            cells = []
-            for d in dims:
-                row = rows_by.get((method, d))
-                value, ref = _get(ours, method, d), _get(paper, method, d)
-                notes = [interval_note(row)] if row is not None else []
-                notes += [f"paper {fmt(ref)}"] if ref is not None else []
-                cells.append(
-                    Cell(
-                        text=fmt(value) + flags(row),
-                        note=" · ".join(n for n in notes if n),
-                        color=speedup_color(value),
-                        cls="suspect" if row is not None and row.get("suspect") else "",
-                        attrs=_cell_attrs(str(backend), method, d, value),
-                    )
-                )
-            rows.append(Row(data.method_label(method), method, cells))
-        grids.append(
-            Grid(
-                f"backend {backend}{third_party_label(df)}",
-                f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
-                f"layer {layer}, {tokens} tokens; grey: 95% interval, samples n, and the paper's "
-                "App. D.1 figure where the paper has this cell; ! interval wider than the run's "
-                "target; S suspect (see below)",
-                columns,
-                rows,
-                "speedup",
+
+        def cell(method: str, d: int) -> Cell:
+            row = rows_by.get((method, d))
+            value, ref = _get(ours, method, d), _get(paper, method, d)
+            notes = [interval_note(row)] if row is not None else []
+            notes += [f"paper {fmt(ref)}"] if ref is not None else []
+            return Cell(
+                text=fmt(value) + flags(row),
+                note=" · ".join(n for n in notes if n),
+                color=speedup_color(value),
+                cls="suspect" if row is not None and row.get("suspect") else "",
+                attrs=_cell_attrs(backend, method, d, value),
             )
-        )
-    return grids
+
+        return cell
+
+    caption = (
+        f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
+        f"layer {layer}, {tokens} tokens; grey: 95% interval, samples n, and the paper's "
+        "App. D.1 figure where the paper has this cell; ! interval wider than the run's "
+        "target; S suspect (see below)"
+    )
+    return _backend_grids(ok, "speedup", caption, cells)
 
 
 def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
     """Achieved TOPS per cell and, where the device's peak for that kind is known, its share."""
-    grids = []
-    for backend, df in sorted(ok.groupby("backend"), key=lambda kv: str(kv[0])):
+
+    def cells(backend: str, df: pd.DataFrame) -> CellOf | None:
         if df["tops"].isna().all():
-            continue
-        dims, columns = _columns(df)
+            return None
         tops = _pivot(df, "tops")
         roof = _pivot(df, "roofline_share") if df["roofline_share"].notna().any() else None
-        rows = []
-        for method in data.sorted_methods(df["method"]):
-            peak = peaks.get(data.peak_kind(method))
-            cells = []
-            for d in dims:
-                value, share = _get(tops, method, d), _get(roof, method, d)
-                cells.append(
-                    Cell(
-                        text=fmt(value, 3),
-                        note=f"{100 * share:.0f}% of roofline" if share is not None else "",
-                        attrs=_cell_attrs(str(backend), method, d, value),
-                    )
-                )
-            peak_text = (
-                f"peak {peak['tops']:g} TOPS ({peak['source']})" if peak else "no peak known"
+
+        def cell(method: str, d: int) -> Cell:
+            value, share = _get(tops, method, d), _get(roof, method, d)
+            return Cell(
+                text=fmt(value, 3),
+                note=f"{100 * share:.0f}% of roofline" if share is not None else "",
+                attrs=_cell_attrs(backend, method, d, value),
             )
-            rows.append(Row(data.method_label(method), f"{method} · {peak_text}", cells))
-        caption = (
-            "achieved 1e12 ops/s (declared work / median time); grey: share of the row's "
-            "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
-            "intensity when lower)"
+
+        return cell
+
+    def sub(method: str) -> str:
+        peak = peaks.get(data.peak_kind(method))
+        return f"{method} · " + (
+            f"peak {peak['tops']:g} TOPS ({peak['source']})" if peak else "no peak known"
         )
-        grids.append(
-            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, "tops")
-        )
-    return grids
+
+    caption = (
+        "achieved 1e12 ops/s (declared work / median time); grey: share of the row's "
+        "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
+        "intensity when lower)"
+    )
+    return _backend_grids(ok, "tops", caption, cells, sub)
 
 
 def error_grids(ok: pd.DataFrame) -> list[Grid]:
     """Relative Frobenius error against float64 per backend, method and size; beside each
     decomposing row, the outlier columns it detected and the columns the inputs planted."""
-    grids = []
-    for backend, df in sorted(ok.groupby("backend"), key=lambda kv: str(kv[0])):
-        dims, columns = _columns(df)
+
+    def cells(backend: str, df: pd.DataFrame) -> CellOf:
         by = {(r["method"], r["d_model"]): r for r in df.to_dict("records")}
-        rows = []
-        for method in data.sorted_methods(df["method"]):
-            cells = []
-            for d in dims:
-                r = by.get((method, d))
-                value = None if r is None or _missing(r.get("rel_error")) else r["rel_error"]
-                found, planted = (
-                    (r or {}).get("outlier_cols"),
-                    (r or {}).get("planted_outlier_cols"),
-                )
-                note = ""
-                if method == "llm_int8" and not _missing(found) and not _missing(planted):
-                    note = f"outliers {int(found)} found / {int(planted)} planted"
-                cells.append(
-                    Cell(
-                        text="–" if value is None else f"{value:.2e}",
-                        note=note,
-                        attrs=_cell_attrs(str(backend), method, d, value),
-                    )
-                )
-            rows.append(Row(data.method_label(method), method, cells))
-        caption = (
-            "relative Frobenius error against the float64 product (int8_raw: against the exact "
-            "integer product); llm_int8: outlier columns detected beside those the inputs planted"
-        )
-        grids.append(
-            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, "error")
-        )
-    return grids
+
+        def cell(method: str, d: int) -> Cell:
+            r = by.get((method, d)) or {}
+            value = None if _missing(r.get("rel_error")) else r["rel_error"]
+            found, planted = r.get("outlier_cols"), r.get("planted_outlier_cols")
+            note = ""
+            if method == "llm_int8" and not _missing(found) and not _missing(planted):
+                note = f"outliers {int(found)} found / {int(planted)} planted"
+            text = "–" if value is None else f"{value:.2e}"
+            return Cell(text=text, note=note, attrs=_cell_attrs(backend, method, d, value))
+
+        return cell
+
+    caption = (
+        "relative Frobenius error against the float64 product (int8_raw: against the exact "
+        "integer product); llm_int8: outlier columns detected beside those the inputs planted"
+    )
+    return _backend_grids(ok, "error", caption, cells)
 
 
 def memory_grid(ok: pd.DataFrame) -> Grid | None:
@@ -238,20 +250,17 @@ def memory_grid(ok: pd.DataFrame) -> Grid | None:
         return None
     dims, columns = _columns(df)
     mine, base = _pivot(df, "weight_bytes"), _pivot(df, "weight_bytes_16bit")
-    rows = []
-    for method in data.sorted_methods(df["method"]):
-        cells = []
-        for d in dims:
-            value, ref = _get(mine, method, d), _get(base, method, d)
-            ratio = value / ref if value is not None and ref else None
-            cells.append(
-                Cell(
-                    text=fmt(value / 2**20, 2) if value is not None else "–",
-                    note=f"{ratio:.3f}× of 16-bit" if ratio is not None else "",
-                    attrs=_cell_attrs("", method, d, value),
-                )
-            )
-        rows.append(Row(data.method_label(method), method, cells))
+
+    def cell(method: str, d: int) -> Cell:
+        value, ref = _get(mine, method, d), _get(base, method, d)
+        ratio = value / ref if value is not None and ref else None
+        return Cell(
+            text=fmt(value / 2**20, 2) if value is not None else "–",
+            note=f"{ratio:.3f}× of 16-bit" if ratio is not None else "",
+            attrs=_cell_attrs("", method, d, value),
+        )
+
+    rows = _method_rows(df, dims, cell)
     return Grid("weight memory", "MiB kept for the weights", columns, rows, "memory")
 
 
@@ -304,40 +313,31 @@ def _side(rec: dict, suffix: str) -> dict:
 
 def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
     """Per backend: median time B/A per (method, size), coloured (green: B faster)."""
-    grids = []
-    cell = pairs[(pairs["layer"] == layer) & (pairs["tokens"] == tokens)]
-    for backend, df in sorted(cell.groupby("backend"), key=lambda kv: str(kv[0])):
-        dims, columns = _columns(df)
+
+    def cells(backend: str, df: pd.DataFrame) -> CellOf:
         ratio = _pivot(df, "ratio")
         calls = {(r["method"], r["d_model"]): r["verdict"] for r in df.to_dict("records")}
-        rows = []
-        for method in data.sorted_methods(df["method"]):
-            cells = []
-            for d in dims:
-                value = _get(ratio, method, d)
-                call = calls.get((method, d), "") if value else ""
-                cells.append(
-                    Cell(
-                        text=f"{fmt(value, 3)}×" if value is not None else "–",
-                        note=call,
-                        color=speedup_color(1 / value) if value else "",
-                        cls=f"verdict-{call}" if call else "",
-                        attrs=_cell_attrs(str(backend), method, d, value),
-                    )
-                )
-            rows.append(Row(data.method_label(method), method, cells))
-        grids.append(
-            Grid(
-                f"backend {backend}{third_party_label(df)}",
-                f"median time B / A (below 1: B is faster); layer {layer}, {tokens} tokens; "
-                "verdict of kernelbench compare at zero tolerance: beyond both runs' noise (each "
-                "speedup's 95% interval)",
-                columns,
-                rows,
-                "ratio",
+
+        def cell(method: str, d: int) -> Cell:
+            value = _get(ratio, method, d)
+            call = calls.get((method, d), "") if value else ""
+            return Cell(
+                text=f"{fmt(value, 3)}×" if value is not None else "–",
+                note=call,
+                color=speedup_color(1 / value) if value else "",
+                cls=f"verdict-{call}" if call else "",
+                attrs=_cell_attrs(backend, method, d, value),
             )
-        )
-    return grids
+
+        return cell
+
+    caption = (
+        f"median time B / A (below 1: B is faster); layer {layer}, {tokens} tokens; "
+        "verdict of kernelbench compare at zero tolerance: beyond both runs' noise (each "
+        "speedup's 95% interval)"
+    )
+    in_cell = pairs[(pairs["layer"] == layer) & (pairs["tokens"] == tokens)]
+    return _backend_grids(in_cell, "ratio", caption, cells)
 
 
 def ratio_summary(pairs: pd.DataFrame) -> str:
