@@ -292,11 +292,11 @@ def measure_cell(
                 kept.runners[p.key] = replace(p.runner, stages={}, operands=None)
     del ready, check
     if prepared is not None:
-        grown = resident_bytes(device)
-        if grown is not None and in_use is not None:
-            kept.nbytes += max(0, grown - in_use)
-        else:
-            kept.nbytes += sum(r.weight_bytes for r in kept.runners.values())
+        now = resident_bytes(device)
+        grown = now - in_use if now is not None and in_use is not None else 0
+        # at least what it declares (the allocator may have reused memory freed before)
+        declared = sum(r.weight_bytes for r in kept.runners.values())
+        kept.nbytes = max(kept.nbytes + grown, declared + inputs.x.nbytes + inputs.weight.nbytes)
         prepared.offer(cell_key, kept)
     del kept
     for row in rows:

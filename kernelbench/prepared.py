@@ -109,7 +109,7 @@ class PreparedCells:
     def offer(self, key: Hashable, cell: PreparedCell) -> bool:
         """Keep ``cell`` under ``key`` if it fits (pushing out smaller cells); True if kept."""
         self._cells.pop(key, None)
-        if cell.nbytes > self.limit_bytes:
+        if not self.limit_bytes or cell.nbytes > self.limit_bytes:
             return False
         smaller = [k for k, c in self._cells.items() if c.nbytes < cell.nbytes]
         free = self.limit_bytes - self.nbytes
