@@ -11,7 +11,7 @@
 #   modules       the prebuilt modules, verified against their manifest (scripts/gpu_prebuilt.py)
 #                 and copied into kernelbench/; on a mismatch, built here by prebuild_gpu.sh
 #   import        kernelbench._cuda and kernelbench._cutlass load and report the device
-#   pytest-gpu    pytest -m gpu over the test files that hold GPU tests (--junitxml, no -x)
+#   pytest-gpu    pytest -m gpu over tests/ (contract suite on cuda + GPU kernel tests; --junitxml, no -x)
 #   probe-NAME    each scripts/gpu_probes.py / scripts/gpu_probe_*.py, run as SCRIPT --out DIR
 #   memcheck      compute-sanitizer --tool memcheck on scripts/kernel_workload.py (odd shapes)
 #   sweep         kernelbench run --quick, the gpt3 case's 8 dims at 2048 tokens, --budget 0.2
@@ -157,10 +157,10 @@ for name, ext in (("_cuda", cuda_ext), ("_cutlass", cutlass_ext)):
         sys.exit(1)
 EOF
 }
-gpu_test_files() {  # the test files that hold GPU tests (KB_GPU_TESTS overrides)
+gpu_test_files() {  # where GPU tests live (KB_GPU_TESTS overrides): every test file, since the
+  # contract suite runs on each device and conftest marks its cuda cases "gpu" (-m gpu selects)
   if [[ -n "${KB_GPU_TESTS:-}" ]]; then echo "$KB_GPU_TESTS"; return; fi
-  { ls tests/test_cuda.py tests/test_cutlass.py tests/test_triton.py 2>/dev/null
-    grep -lE 'mark\.gpu|"gpu"' tests/test_*.py 2>/dev/null; } | sort -u | tr '\n' ' '
+  echo tests
 }
 pytest_gpu() {
   # shellcheck disable=SC2046
