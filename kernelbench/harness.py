@@ -260,7 +260,7 @@ def measure_cell(
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
-    cell = _Cell(times={}, baseline_error=None)
+    cell = _Cell(baseline_error=None)
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     ready: list[_Prepared] = []
     rows: list[ResultRow] = []  # in measuring order, filled in place
@@ -279,9 +279,13 @@ def measure_cell(
             setup = (opts, engine, check, kept_rows, device)
             backend = all_backends()[backend_name]
             built = kept.runners.get((backend_name, method))
-            ready.append(_prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built))
-            if check is None:  # stages and operands serve round 0 only: free what they hold
-                ready[-1].runner = replace(ready[-1].runner, stages={}, operands=None)
+            one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
+            if check is not None:
+                _time_stages(one, engine, cell)
+            # the stages' inputs and the operands have served: free them before the next
+            # runner is built (at 175B shapes they are a gigabyte per runner)
+            one.runner = replace(one.runner, stages={}, operands=None)
+            ready.append(one)
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, f"{type(exc).__name__}: {exc}", device)
     _measure_prepared(ready, engine, cell, inputs.seed, device)
@@ -289,7 +293,7 @@ def measure_cell(
         if p.row.status == "ok":
             estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model)
             if prepared is not None and p.key not in kept.runners:
-                kept.runners[p.key] = replace(p.runner, stages={}, operands=None)
+                kept.runners[p.key] = p.runner
     del ready, check
     if prepared is not None:
         now = resident_bytes(device)
@@ -337,8 +341,9 @@ LONG_CALL_S = 1.0
 class _Cell:
     """What the rows of one cell share while it is measured."""
 
-    times: dict[tuple[str, str], float]  # median ms of each measured (backend, method)
     baseline_error: float | None
+    #: each backend's int8 GEMM stage, timed with its int8_raw row
+    gemm_stage_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -348,7 +353,6 @@ class _Prepared:
     row: ResultRow
     runner: Runner
     warmed_s: float  # seconds of calls it already had (its first call, or the estimate)
-    with_stages: bool
 
     @property
     def key(self) -> tuple[str, str]:
@@ -424,11 +428,11 @@ def _prepare_row(
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - before
         row.peak_mem_bytes = int(inputs_bytes + peak)
-    return _Prepared(row, runner, warm_s, with_stages=check is not None)
+    return _Prepared(row, runner, warm_s)
 
 
 def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, device) -> None:
-    """Time the cell's rows in cycles around the baseline, then their stages; fill the rows."""
+    """Time the cell's rows in cycles around the baseline; fill the rows."""
     base = next((p for p in ready if p.key == BASELINE), None)
     others = [p for p in ready if p is not base]
     try:
@@ -452,25 +456,23 @@ def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, de
         else:
             _fill_row(p.row, meas.rows[p.key], cell, is_baseline=False)
     for p in ready:
-        if p.row.status == "ok":
-            cell.times[p.key] = p.row.median_ms
-    for p in ready:
-        if p.row.status == "ok" and p.with_stages:
-            _time_stages(p, engine, cell)
         p.row.baseline_rel_error = cell.baseline_error
+        if p.row.status == "ok" and p.row.method == "int8_raw" and p.row.stages_ms:
+            p.row.stages_ms["int8_matmul"] = p.row.median_ms  # its whole call is that stage
 
 
 def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:
+    """Time the row's stages, each on its own, right after its first call (round 0). The GEMM
+    stage is timed once per backend, with its ``int8_raw`` row (the same GEMM)."""
     known: dict[str, float] = {}
-    raw_ms = cell.times.get((p.row.backend, "int8_raw"))
-    if raw_ms is not None:
-        known["int8_matmul"] = raw_ms  # the same GEMM, measured as int8_raw
+    if p.row.backend in cell.gemm_stage_ms:
+        known["int8_matmul"] = cell.gemm_stage_ms[p.row.backend]
     try:
         p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known))
     except Exception as exc:  # noqa: BLE001 - stages are a breakdown: their failure is noted
         p.row.reason = f"stage timing failed: {type(exc).__name__}: {exc}"[:500]
-    if "int8_matmul" in p.row.stages_ms and p.row.method == "int8_raw":
-        p.row.stages_ms["int8_matmul"] = p.row.median_ms
+    if p.row.method == "int8_raw" and "int8_matmul" in p.row.stages_ms:
+        cell.gemm_stage_ms[p.row.backend] = p.row.stages_ms["int8_matmul"]
 
 
 def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bool) -> None:

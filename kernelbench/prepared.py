@@ -24,7 +24,7 @@ from kernelbench.backends.base import Runner
 from kernelbench.cases import CellInputs
 
 #: Share of the machine's physical memory a run may keep prepared cells in, by default.
-DEFAULT_SHARE = 0.45
+DEFAULT_SHARE = 0.55
 
 
 def default_limit_bytes() -> int:

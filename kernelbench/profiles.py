@@ -36,7 +36,7 @@ PROFILES: dict[str, Profile] = {
             "every size of the case at its token counts",
             sizes=None,
             tokens=None,
-            budget_s=1.0,
+            budget_s=0.5,
             warmup_s=0.2,
             max_call_s=30.0,
             error_rows=512,
