@@ -82,6 +82,13 @@ def work_flops(m: int, k: int, n: int) -> float:
 _ELEMENT_BYTES = {"fp32": (4, 4, 4), "16bit": (2, 2, 2), "int8": (2, 1, 2)}
 
 
+def output_bytes(method: str, m: int, n: int) -> float:
+    """Bytes of one call's output: int32 for ``int8_raw``, else the method's output type."""
+    return float(
+        (4 if method == "int8_raw" else _ELEMENT_BYTES[precision_class(method)][2]) * m * n
+    )
+
+
 def work_bytes(method: str, m: int, k: int, n: int) -> float:
     """The least memory traffic of one call: activations read once, weights read once, output
     written once. int8 methods read 16-bit activations (they quantize them) and int8 weights

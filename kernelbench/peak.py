@@ -36,6 +36,7 @@ PEAK_SHAPES = (
     (2048, 4096, 16384),
 )
 COPY_BYTES = 1 << 30  # large enough to leave every cache behind
+FIRST_TOUCH_BYTES = 1 << 28  # an output the size of a large int32 GEMM product
 _SETTINGS = TimerSettings(budget_s=1.0, warmup_s=0.2, min_samples=5, max_samples=20)
 
 
@@ -90,6 +91,17 @@ def _bandwidth_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[flo
     return max((copy, "copy (read + write)"), (read, "read-only sum"))
 
 
+def _first_touch_gbs(engine: MeasurementEngine) -> float:
+    """Bytes per second of a fresh allocation's first write (page faults included): what a call
+    pays for an output it allocates, beyond what it computes. CPU only (CUDA's caching allocator
+    hands out memory already touched)."""
+    return (
+        FIRST_TOUCH_BYTES
+        / _best_s(engine, lambda: torch.empty(FIRST_TOUCH_BYTES, dtype=torch.uint8).fill_(1))
+        / 1e9
+    )
+
+
 def measure_peak(device: torch.device) -> dict:
     """The device's peaks in env.json's ``peak`` format (source ``measured``)."""
     engine = MeasurementEngine(device, _SETTINGS, _SETTINGS)
@@ -113,6 +125,13 @@ def measure_peak(device: torch.device) -> dict:
         "note": f"best {how} of {COPY_BYTES >> 20} MiB, {threads} threads, {when}",
         "device_class": dclass,
     }
+    if device.type == "cpu":
+        peak["first_touch"] = {
+            "gbs": _first_touch_gbs(engine),
+            "source": "measured",
+            "note": f"best allocate + first write of {FIRST_TOUCH_BYTES >> 20} MiB, {when}",
+            "device_class": dclass,
+        }
     return peak
 
 

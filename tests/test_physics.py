@@ -83,6 +83,22 @@ def test_more_work_measured_faster_is_suspect_beyond_the_intervals_only():
     assert not any(r.suspect for r in pooled_rows(overlapping, env))
 
 
+def test_int8_raw_may_trail_by_first_touching_its_larger_output_and_no_more():
+    # int32 output 2048 x 3072 x 4 B = 25.2 MB, 12.6 MB more than a bf16 one; at 2.52 GB/s of
+    # first touch that is 5 ms: 100% of int8_raw's 5 ms (speedup 2.0 over a 10 ms baseline)
+    rate = M * N * 2 / 5e-3 / 1e9
+    env = {"ci_target": 0.05, "peak": {"first_touch": {"gbs": rate, "source": "measured"}}}
+    within = [baseline(), row("int8_raw", [2.0] * 10), row("vectorwise", [3.9] * 10)]
+    assert not any(r.suspect for r in pooled_rows(within, env))
+    beyond = [baseline(), row("int8_raw", [2.0] * 10), row("vectorwise", [4.2] * 10)]
+    flagged = by_method(pooled_rows(beyond, env))
+    assert (
+        flagged["int8_raw"].suspect
+        and "for its larger output" in flagged["int8_raw"].suspect_reason
+    )
+    assert by_method(pooled_rows(within, {"ci_target": 0.05}))["int8_raw"].suspect  # no rate
+
+
 def test_rooflines_from_measured_peaks():
     peak = {
         "int8": {"tops": 1.0, "source": "measured"},
