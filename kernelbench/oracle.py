@@ -18,8 +18,23 @@ from kernelbench.quant import QuantConfig, method_config
 F64 = torch.float64
 
 
+#: Elements of the (n, k) right operand converted to float64 at a time: a 175B weight in one
+#: piece is a 4.8 GB float64 copy.
+F64_BLOCK_ELEMENTS = 1 << 24
+
+
+def _f64_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """``a @ b_nk.T`` in float64, ``b_nk`` converted a block of rows at a time."""
+    a64 = a.to(F64)
+    out = torch.empty(a.shape[0], b_nk.shape[0], dtype=F64, device=a.device)
+    step = max(1, F64_BLOCK_ELEMENTS // max(b_nk.shape[1], 1))
+    for lo in range(0, b_nk.shape[0], step):
+        out[:, lo : lo + step] = a64 @ b_nk[lo : lo + step].to(F64).T
+    return out
+
+
 def exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    y = x.to(F64) @ weight.to(F64).T
+    y = _f64_product(x, weight)
     return y + bias.to(F64) if bias is not None else y
 
 
@@ -31,7 +46,7 @@ def int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     k = a.shape[1]
     if k >= 2**39:
         raise ValueError(f"k={k} too large for an exact float64 integer product")
-    return (a.to(F64) @ b_nk.to(F64).T).to(torch.int64)
+    return _f64_product(a, b_nk).to(torch.int64)
 
 
 def rel_frobenius(y: torch.Tensor, ref: torch.Tensor) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench.checks import InputError
+from kernelbench.checks import InputError, check_finite
 from kernelbench.quant import QuantConfig
 
 BF16 = torch.bfloat16
@@ -110,3 +110,12 @@ def test_any_k(own_backend, methods_of, check_oracle, make_randn, device, k):
         check_oracle(
             y, method, x, w, bias, CFG, what=f"{backend.name}/{method} k={k}", backend=backend
         )
+
+
+def test_a_tensor_found_finite_is_checked_again_once_it_changes():
+    w = torch.randn(4, 4)
+    check_finite(w, "weight")
+    check_finite(w, "weight")  # remembered: no second scan
+    w[1, 2] = float("nan")  # an in-place change bumps the version counter
+    with pytest.raises(InputError, match="weight contains 1 NaN/Inf"):
+        check_finite(w, "weight")
