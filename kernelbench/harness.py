@@ -275,10 +275,10 @@ def measure_cell(
             row.status, (row.skip_kind, row.reason) = "skipped", skip
             continue
         try:
-            warm_s = _warm_enough(item, (backend_name, method), flops, estimator)
+            built = kept.runners.get((backend_name, method))
+            warm_s = _warm_enough(item, (backend_name, method), flops, estimator, built, opts)
             setup = (opts, engine, check, kept_rows, device)
             backend = all_backends()[backend_name]
-            built = kept.runners.get((backend_name, method))
             one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
             if check is not None:
                 _time_stages(one, engine, cell)
@@ -359,11 +359,16 @@ class _Prepared:
         return (self.row.backend, self.row.method)
 
 
-def _warm_enough(item, key, flops, estimator: CallEstimator) -> float | None:
+def _warm_enough(item, key, flops, estimator: CallEstimator, kept: Runner | None, opts):
     """Seconds of warm-up a row may count as done without a first call, or ``None``: it needs
-    one (round 0 always does: its output is checked for accuracy)."""
+    one. Round 0 always does (its output is checked for accuracy); a runner kept from an earlier
+    round has had its first call (and in the cycles, other rows' calls come between its own, so
+    a warm cache is not what warm-up would buy); a freshly built one needs it unless its call is
+    long."""
     if item.round == 0:
         return None
+    if kept is not None:
+        return opts.timer.warmup_s
     est = estimator.estimate(key, flops)
     return est[0] if est is not None and est[0] >= LONG_CALL_S else None
 

@@ -8,7 +8,7 @@ import torch
 from kernelbench.backends import all_backends
 from kernelbench.cases import CellInputs, load_case
 from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
-from kernelbench.measure import TimerSettings
+from kernelbench.measure import MeasurementEngine, TimerSettings
 from kernelbench.prepared import PreparedCell, PreparedCells, default_limit_bytes
 
 
@@ -67,14 +67,24 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
             return _real(self, method, *a, **kw)
 
         monkeypatch.setattr(type(backends[name]), "runner", counting)
+    first_calls: list[object] = []
+    real_first = MeasurementEngine.first_call
+    monkeypatch.setattr(
+        MeasurementEngine,
+        "first_call",
+        lambda self, call: (first_calls.append(call), real_first(self, call))[1],
+    )
     first, later = plan(case, opts)
     for limit, built_again in ((1 << 40, 0), (0, 5)):
         cache, estimator = PreparedCells(limit), CallEstimator()
         list(measure_cell(first, case, opts, estimator, prepared=cache))
-        assert len(builds) == 5
+        assert len(builds) == len(first_calls) == 5
         builds.clear()
+        first_calls.clear()
         rows = list(measure_cell(later, case, opts, estimator, prepared=cache))
-        assert len(builds) == built_again
+        # a kept runner has had its first call; a rebuilt one (milliseconds long) gets one
+        assert len(builds) == len(first_calls) == built_again
+        first_calls.clear()
         measured = [r for r in rows if r.status != "skipped"]
         assert len(measured) == 5 and all(r.status == "ok" and r.samples >= 1 for r in measured)
         assert {r.outlier_cols for r in rows if r.method == "llm_int8"} == {2}
