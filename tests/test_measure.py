@@ -186,3 +186,14 @@ def test_stopping_on_a_quiet_machine_takes_few_samples():
     e = engine(machine, budget_s=100, warmup_s=0.0, min_samples=3, target_rel_spread=0.02)
     meas = e.measure(machine.call(2.0), 1.0, baseline=machine.call(4.0))
     assert len(meas.row_ms) == 5  # the spread target is judged from five samples on
+
+
+def test_weighted_bootstrap_draws_follow_the_weights():
+    import numpy as np
+
+    from kernelbench.statistics import _weighted_draws
+
+    w = np.array([2.0, 1.0, 4.0, 1.0])
+    draws = _weighted_draws(w, (100_000, 2), np.random.default_rng(0)).ravel()
+    share = np.bincount(draws, minlength=4) / draws.size
+    assert share == pytest.approx([0.25, 0.125, 0.5, 0.125], abs=0.01)
