@@ -11,7 +11,6 @@
 #include <omp.h>
 #include <pybind11/pybind11.h>
 #if defined(__linux__)
-#include <sys/mman.h>
 #endif
 
 #include <algorithm>
@@ -311,22 +310,6 @@ T* ptr(uintptr_t p) {
   return reinterpret_cast<T*>(p);
 }
 
-// Asks the kernel to back the whole 2 MiB pages inside [p, p + bytes) with transparent huge
-// pages when they are first touched. A fresh output of a large GEMM is otherwise faulted in one
-// 4 KiB page at a time while the GEMM writes it: measured here, 45 ms of a 230 ms 2048 x 8192
-// int32 product. Only a hint: false where the system declines or lacks it.
-bool advise_huge_pages(uintptr_t p, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t{1} << 21;
-  const uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1), hi = (p + bytes) & ~(kHuge - 1);
-  return hi > lo && madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE) == 0;
-#else
-  (void)p;
-  (void)bytes;
-  return false;
-#endif
-}
-
 DType to_dtype(int code) {
   if (code != kb::dtype_code(DType::F32) && code != kb::dtype_code(DType::F16) &&
       code != kb::dtype_code(DType::BF16))
@@ -347,8 +330,6 @@ PYBIND11_MODULE(_cpu, m) {
   m.def("set_isa", &set_kernel_set, "Force the kernel set (tests compare them).");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
-  m.def("advise_huge_pages", &advise_huge_pages,
-        "Hint: back the 2 MiB pages inside [ptr, ptr + bytes) with huge pages on first touch.");
   m.def("packed_bytes", [](int64_t n, int64_t k) { return kb::PackedLayout(n, k).bytes(); });
   m.def("pack_b", [](uintptr_t b, int64_t n, int64_t k, uintptr_t packed) {
     py::gil_scoped_release nogil;
