@@ -37,7 +37,7 @@ from kernelbench.core import BASELINE, FP32, METHODS, SkipKind, work_bytes, work
 from kernelbench.env import device_class
 from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings
 from kernelbench.plugins import origin_of
-from kernelbench.prepared import PreparedCell, PreparedCells, resident_bytes
+from kernelbench.prepared import PreparedCell, PreparedCells, available_bytes, resident_bytes
 from kernelbench.quant import QuantConfig, outlier_columns
 from kernelbench.results import ResultRow
 from kernelbench.statistics import median_interval, stats
@@ -262,8 +262,10 @@ def measure_cell(
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
     cell = _Cell(baseline_error=None)
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-    ready: list[_Prepared] = []
+    ready: list[_Prepared] = []  # built, waiting for the cycles
+    measured: list[_Prepared] = []
     rows: list[ResultRow] = []  # in measuring order, filled in place
+    reserve = RESERVE_PER_WEIGHT_BYTE * k * n * dtype.itemsize + RESERVE_BYTES
     for backend_name, method in todo:
         row = base_row(item, case, backend_name, method, device, dclass)
         row.seed, row.round = inputs.seed, item.round
@@ -274,6 +276,12 @@ def measure_cell(
         if skip is not None:
             row.status, (row.skip_kind, row.reason) = "skipped", skip
             continue
+        if any(p.key != BASELINE for p in ready) and _memory_short(reserve, prepared, cell_key):
+            # the cell's runners do not all fit: time those built so far, free them, go on
+            _measure_prepared(ready, engine, cell, inputs.seed, device)
+            measured += [p for p in ready if p.key != BASELINE]
+            ready = [p for p in ready if p.key == BASELINE]
+            prepared = None  # a cell that does not fit in memory is not kept
         try:
             built = kept.runners.get((backend_name, method))
             warm_s = _warm_enough(item, (backend_name, method), flops, estimator, built, opts)
@@ -289,12 +297,12 @@ def measure_cell(
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, f"{type(exc).__name__}: {exc}", device)
     _measure_prepared(ready, engine, cell, inputs.seed, device)
-    for p in ready:
+    for p in measured + ready:
         if p.row.status == "ok":
             estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model)
             if prepared is not None and p.key not in kept.runners:
                 kept.runners[p.key] = p.runner
-    del ready, check
+    del ready, measured, check
     if prepared is not None:
         now = resident_bytes(device)
         grown = now - in_use if now is not None and in_use is not None else 0
@@ -330,6 +338,22 @@ def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, esti
 #: round 0 adds the float64 oracle. Measured at 175B shapes on the CPU: 15 GB for a 1.2 GB
 #: weight. Cells kept from earlier rounds are let go when less than this is free.
 WORKING_SET_PER_WEIGHT_BYTE = 14
+
+#: While the rows of a cell are built, at least this much memory stays free (per byte of the
+#: 16-bit weight, plus RESERVE_BYTES): room for the next runner's build. When less is free, the
+#: rows built so far are timed (in cycles with the baseline) and freed before the rest are
+#: built, so a cell too large to hold every runner at once is measured in groups.
+RESERVE_PER_WEIGHT_BYTE = 4
+RESERVE_BYTES = 1 << 30
+
+
+def _memory_short(reserve: int, prepared: PreparedCells | None, cell_key) -> bool:
+    """True when less than ``reserve`` is free even after letting kept cells go."""
+    if prepared is not None:
+        prepared.make_room(reserve, keep=cell_key)
+    free = available_bytes()
+    return free is not None and free < reserve
+
 
 #: In rounds after the first, a row whose call this run measured at this many seconds or more
 #: skips its separate first call: its calls in the cycles are warm enough, and at 175B shapes
@@ -452,15 +476,16 @@ def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, de
         for p in ready:
             _fail(p.row, f"baseline call failed: {type(exc).__name__}: {exc}", device)
         return
-    if base is not None:
+    if base is not None and base.row.median_ms is None:  # its first group's samples
         _fill_row(base.row, meas.baseline, cell, is_baseline=True)
         cell.baseline_error = base.row.rel_error
+        base.row.baseline_rel_error = cell.baseline_error
     for p in others:
         if p.key in meas.failed:
             _fail(p.row, meas.failed[p.key], device)
         else:
             _fill_row(p.row, meas.rows[p.key], cell, is_baseline=False)
-    for p in ready:
+    for p in others:
         p.row.baseline_rel_error = cell.baseline_error
         if p.row.status == "ok" and p.row.method == "int8_raw" and p.row.stages_ms:
             p.row.stages_ms["int8_matmul"] = p.row.median_ms  # its whole call is that stage

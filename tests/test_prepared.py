@@ -89,3 +89,41 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
         assert len(measured) == 5 and all(r.status == "ok" and r.samples >= 1 for r in measured)
         assert {r.outlier_cols for r in rows if r.method == "llm_int8"} == {2}
         builds.clear()
+
+
+def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
+    from kernelbench import harness
+
+    case = load_case("gpt3")
+    opts = RunOptions(
+        sizes=(768,),
+        tokens=(8,),
+        backends=("torch", "custom"),
+        methods=("fp16", "int8_raw", "vectorwise", "llm_int8"),
+        timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1),
+        stage_timer=TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1),
+        error_rows=8,
+        rounds=1,
+        extra_rounds=0,
+    )
+    groups: list[list] = []
+    real = MeasurementEngine.measure_cell
+    monkeypatch.setattr(
+        MeasurementEngine,
+        "measure_cell",
+        lambda self, calls, **kw: (groups.append(sorted(calls)), real(self, calls, **kw))[1],
+    )
+    monkeypatch.setattr(harness, "available_bytes", lambda: 0)  # never room for two
+    cache = PreparedCells(1 << 40)
+    (item,) = plan(case, opts)
+    rows = [
+        r
+        for r in measure_cell(item, case, opts, CallEstimator(), prepared=cache)
+        if r.status != "skipped"
+    ]
+    assert len(groups) == 5 and all(len(g) == 1 for g in groups)  # one row each, with the baseline
+    assert all(r.status == "ok" for r in rows) and len(rows) == 6
+    assert all(r.paired for r in rows if r.method != "fp16")
+    base = next(r for r in rows if r.method == "fp16")
+    assert base.samples >= 1 and base.baseline_rel_error == base.rel_error
+    assert len(cache) == 0  # a cell that did not fit is not kept
