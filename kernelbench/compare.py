@@ -30,7 +30,9 @@ Exit codes (:attr:`Comparison.exit_code`): 0 no regression, 1 regression, 2 unus
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import html
 import json
 import math
@@ -157,16 +159,30 @@ def load_run(path: Path) -> LoadedRun:
     """One pooled row per key (the rounds of a run, and ``--resume`` retries, pooled)."""
     path = Path(path)
     results = results_path(path)
-    rows = read_run_rows(results, strict=True).rows  # a gate reads complete runs only
-    for i, row in enumerate(rows, 1):
-        _check_row(results, i, row)
-    keyed = {tuple(r.key()): dataclasses.asdict(r) for r in pool_rows(rows)}
+    n_rows, keyed = _pooled(results, *_stamp(results))
+    keyed = copy.deepcopy(keyed)
     env = load_env(results.parent)
     version = env.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION and version not in READABLE_OLD_VERSIONS:
         env_path = results.parent / ENV_FILE
         raise SchemaError(f"{env_path}: schema_version {version!r} is not {SCHEMA_VERSION}")
-    return LoadedRun(results, keyed, env, len(rows) - len(keyed))
+    return LoadedRun(results, keyed, env, n_rows - len(keyed))
+
+
+def _stamp(results: Path) -> tuple[int, int]:
+    st = results.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=8)
+def _pooled(results: Path, mtime_ns: int, size: int) -> tuple[int, dict]:
+    """(rows read, one pooled row per key) of a results file, remembered while the file is
+    unchanged (its time and size are part of the key): pooling bootstraps every row's interval,
+    seconds for a committed baseline, and a gate or a report compares one run many times."""
+    rows = read_run_rows(results, strict=True).rows  # a gate reads complete runs only
+    for i, row in enumerate(rows, 1):
+        _check_row(results, i, row)
+    return len(rows), {tuple(r.key()): dataclasses.asdict(r) for r in pool_rows(rows)}
 
 
 # --- verdicts -------------------------------------------------------------------------------
