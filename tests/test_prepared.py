@@ -12,6 +12,21 @@ from kernelbench.measure import MeasurementEngine, TimerSettings
 from kernelbench.prepared import PreparedCell, PreparedCells, default_limit_bytes
 
 
+def tiny_opts(methods: tuple[str, ...], rounds: int) -> RunOptions:
+    """One small cell (d=768, 8 tokens) of torch and custom, timed briefly."""
+    return RunOptions(
+        sizes=(768,),
+        tokens=(8,),
+        backends=("torch", "custom"),
+        methods=methods,
+        timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1),
+        stage_timer=TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1),
+        error_rows=8,
+        rounds=rounds,
+        extra_rounds=0,
+    )
+
+
 def cell(nbytes: int) -> PreparedCell:
     t = torch.ones(1)
     return PreparedCell(CellInputs(t, t, t, seed=1, planted_outliers=0), t, nbytes=nbytes)
@@ -46,17 +61,7 @@ def test_cells_are_let_go_while_memory_is_short_the_one_about_to_run_last():
 
 def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
     case = load_case("gpt3")
-    opts = RunOptions(
-        sizes=(768,),
-        tokens=(8,),
-        backends=("torch", "custom"),
-        methods=("fp16", "int8_raw", "llm_int8"),
-        timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1),
-        stage_timer=TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1),
-        error_rows=8,
-        rounds=2,
-        extra_rounds=0,
-    )
+    opts = tiny_opts(methods=("fp16", "int8_raw", "llm_int8"), rounds=2)
     builds: list[tuple[str, str]] = []
     backends = dict(all_backends())
     for name in ("torch", "custom"):
@@ -95,17 +100,7 @@ def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
     from kernelbench import harness
 
     case = load_case("gpt3")
-    opts = RunOptions(
-        sizes=(768,),
-        tokens=(8,),
-        backends=("torch", "custom"),
-        methods=("fp16", "int8_raw", "vectorwise", "llm_int8"),
-        timer=TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1),
-        stage_timer=TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1),
-        error_rows=8,
-        rounds=1,
-        extra_rounds=0,
-    )
+    opts = tiny_opts(methods=("fp16", "int8_raw", "vectorwise", "llm_int8"), rounds=1)
     groups: list[list] = []
     real = MeasurementEngine.measure_cell
     monkeypatch.setattr(
