@@ -169,13 +169,18 @@ def load_run(path: Path) -> LoadedRun:
     return LoadedRun(results, keyed, env, n_rows - len(keyed))
 
 
-def _stamp(results: Path) -> tuple[int, int]:
-    st = results.stat()
+def _stamp(results: Path) -> tuple[int, int] | tuple[None, None]:
+    """The file's modification time and size (``None`` s when it cannot be read: the reader then
+    says why)."""
+    try:
+        st = results.stat()
+    except OSError:
+        return None, None
     return st.st_mtime_ns, st.st_size
 
 
 @functools.lru_cache(maxsize=8)
-def _pooled(results: Path, mtime_ns: int, size: int) -> tuple[int, dict]:
+def _pooled(results: Path, mtime_ns: int | None, size: int | None) -> tuple[int, dict]:
     """(rows read, one pooled row per key) of a results file, remembered while the file is
     unchanged (its time and size are part of the key): pooling bootstraps every row's interval,
     seconds for a committed baseline, and a gate or a report compares one run many times."""
