@@ -35,7 +35,7 @@ from kernelbench.backends.base import Runner, sixteen_bit_dtype
 from kernelbench.cases import Case, Size, load_activation_file, make_inputs
 from kernelbench.core import BASELINE, FP32, METHODS, SkipKind, work_bytes, work_flops
 from kernelbench.env import device_class
-from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings
+from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings, error_text
 from kernelbench.plugins import origin_of
 from kernelbench.prepared import PreparedCell, PreparedCells, available_bytes, resident_bytes
 from kernelbench.quant import QuantConfig, outlier_columns
@@ -295,7 +295,7 @@ def measure_cell(
             one.runner = replace(one.runner, stages={}, operands=None)
             ready.append(one)
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
-            _fail(row, f"{type(exc).__name__}: {exc}", device)
+            _fail(row, error_text(exc), device)
     _measure_prepared(ready, engine, cell, inputs.seed, device)
     for p in measured + ready:
         if p.row.status == "ok":
@@ -474,7 +474,7 @@ def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, de
         )
     except Exception as exc:  # noqa: BLE001 - the baseline failed: so does every pairing
         for p in ready:
-            _fail(p.row, f"baseline call failed: {type(exc).__name__}: {exc}", device)
+            _fail(p.row, f"baseline call failed: {error_text(exc)}", device)
         return
     if base is not None and base.row.median_ms is None:  # its first group's samples
         _fill_row(base.row, meas.baseline, cell, is_baseline=True)
@@ -500,7 +500,7 @@ def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:
     try:
         p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known))
     except Exception as exc:  # noqa: BLE001 - stages are a breakdown: their failure is noted
-        p.row.reason = f"stage timing failed: {type(exc).__name__}: {exc}"[:500]
+        p.row.reason = f"stage timing failed: {error_text(exc)}"[:500]
     if p.row.method == "int8_raw" and "int8_matmul" in p.row.stages_ms:
         cell.gemm_stage_ms[p.row.backend] = p.row.stages_ms["int8_matmul"]
 

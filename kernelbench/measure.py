@@ -242,7 +242,7 @@ class MeasurementEngine:
             try:
                 self._warm_up(call, warmed.get(key, 0.0), self.settings.warmup_s)
             except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
-                failed[key] = _error_text(exc)
+                failed[key] = error_text(exc)
         if baseline is not None:
             self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
         live = {k: c for k, c in calls.items() if k not in failed}
@@ -269,7 +269,7 @@ class MeasurementEngine:
                 try:
                     timed.append((key, self.timer(calls[key])))
                 except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
-                    failed[key] = _error_text(exc)
+                    failed[key] = error_text(exc)
             if baseline is None:
                 for key, ms in timed:
                     state[key].row_ms.append(ms)
@@ -346,5 +346,6 @@ class MeasurementEngine:
 _BASELINE_KEY = object()
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """How a failed call is recorded in a row's reason: the exception's type and message."""
     return f"{type(exc).__name__}: {exc}"[:500]

@@ -53,12 +53,17 @@ def cache_path(dclass: str) -> Path:
 MIN_PEAK_CALLS = 3
 
 
-def _best_s(engine: MeasurementEngine, call) -> float:
+def _samples_ms(engine: MeasurementEngine, call) -> list[float]:
+    """``call`` timed after its first call, at least ``MIN_PEAK_CALLS`` times."""
     _, first = engine.first_call(call)
     samples = list(engine.measure(call, first).row_ms)
     while len(samples) < MIN_PEAK_CALLS:
         samples.append(engine.timer(call))
-    return min(samples) / 1e3
+    return samples
+
+
+def _best_s(engine: MeasurementEngine, call) -> float:
+    return min(_samples_ms(engine, call)) / 1e3
 
 
 def _int8_tops(engine: MeasurementEngine, device: torch.device) -> tuple[float, str]:
@@ -110,10 +115,9 @@ def _first_touch_gbs(engine: MeasurementEngine) -> float:
     def touch():
         return torch.empty(FIRST_TOUCH_BYTES, dtype=torch.uint8).fill_(1)
 
-    _, first = engine.first_call(touch)
     # the median, not the best call: page faults vary with the memory's state, and this rate
     # is an allowance (what a typical call pays), not a ceiling
-    median_ms = stats(engine.measure(touch, first).row_ms).median_ms
+    median_ms = stats(_samples_ms(engine, touch)).median_ms
     return FIRST_TOUCH_BYTES / (median_ms / 1e3) / 1e9
 
 
