@@ -179,18 +179,31 @@ class _Sampling:
 
 
 def interpolated_baselines(
-    before_ms: float, after_ms: float, row_ms: Sequence[float]
+    before_ms: float,
+    after_ms: float,
+    row_ms: Sequence[float],
+    gaps_ms: Sequence[float] | None = None,
 ) -> list[float]:
     """The baseline at the middle of each of ``row_ms`` (called in this order between a baseline
     call of ``before_ms`` and one of ``after_ms``), interpolated linearly in time between the
-    middles of the two baseline calls."""
-    span = before_ms / 2 + sum(row_ms) + after_ms / 2
+    middles of the two baseline calls. ``gaps_ms[i]``: time between the end of the previous
+    call and the start of row ``i``'s (the last entry: before the closing baseline call); none
+    when not given."""
+    gaps = list(gaps_ms) if gaps_ms is not None else [0.0] * (len(row_ms) + 1)
+    if len(gaps) != len(row_ms) + 1:
+        raise ValueError(f"gaps_ms needs {len(row_ms) + 1} entries, got {len(gaps)}")
+    span = before_ms / 2 + sum(row_ms) + sum(gaps) + after_ms / 2
     at, out = before_ms / 2, []
-    for ms in row_ms:
+    for ms, gap in zip(row_ms, gaps, strict=False):
+        at += gap
         frac = (at + ms / 2) / span if span > 0 else 0.5
         out.append(before_ms + (after_ms - before_ms) * frac)
         at += ms
     return out
+
+
+#: What a row's first output in the cycles is handed to (its accuracy check), untimed.
+OutputHook = Callable[[object], None]
 
 
 class MeasurementEngine:
@@ -226,15 +239,25 @@ class MeasurementEngine:
         warmed_s: Mapping[Hashable, float] | None = None,
         baseline_warmed_s: float = 0.0,
         seed: int = 0,
+        first_outputs: Mapping[Hashable, OutputHook] | None = None,
+        baseline_first_output: OutputHook | None = None,
     ) -> CellMeasurement:
         """Warm each call up (``warmed_s``: seconds of calls it already had), then sample the
         rows in cycles around ``baseline`` until each row's stopping rules are met. Without
-        other rows, the baseline is sampled alone; without a baseline, the rows are unpaired."""
+        other rows, the baseline is sampled alone; without a baseline, the rows are unpaired.
+
+        ``first_outputs``: the output of each such row's first timed call is handed to its
+        hook after the call (a row whose call takes seconds is not called once more just to
+        check its output); a raising hook fails the row. The time the hooks take is left out
+        of the pairing (:func:`interpolated_baselines`' gaps)."""
         warmed = dict(warmed_s or {})
         failed: dict[Hashable, str] = {}
+        hooks = dict(first_outputs or {})
         if baseline is not None and not calls:
             self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
-            alone = self._cycles({"baseline": baseline}, None, failed, seed)
+            if baseline_first_output is not None:
+                hooks["baseline"] = baseline_first_output
+            alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks)
             if "baseline" in failed:
                 raise RuntimeError(failed["baseline"])
             return CellMeasurement({}, alone["baseline"], MappingProxyType({}))
@@ -246,7 +269,9 @@ class MeasurementEngine:
         if baseline is not None:
             self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
         live = {k: c for k, c in calls.items() if k not in failed}
-        rows = self._cycles(live, baseline, failed, seed)
+        if baseline_first_output is not None:
+            hooks[_BASELINE_KEY] = baseline_first_output
+        rows = self._cycles(live, baseline, failed, seed, hooks)
         base = rows.pop(_BASELINE_KEY, None)
         return CellMeasurement(MappingProxyType(rows), base, MappingProxyType(failed))
 
@@ -256,29 +281,44 @@ class MeasurementEngine:
         baseline: Call | None,
         failed: dict[Hashable, str],
         seed: int,
+        hooks: dict[Hashable, OutputHook],
     ) -> dict[Hashable, RowMeasurement]:
         order = random.Random(seed)
         state = {key: _Sampling(self.settings.rules()) for key in calls}
         active = list(calls)
         base_samples: list[float] = []
-        before = self.timer(baseline) if baseline is not None else 0.0
+        # ``last``: when the previous call ended; the time from there to the next call's start
+        # (an output hook's, a failed call's) is a gap the pairing leaves out
+        before, last = 0.0, self.clock()
+        if baseline is not None:
+            before = self._call(_BASELINE_KEY, baseline, hooks)
+            last += before / 1e3
         while active:
             order.shuffle(active)
             timed: list[tuple[Hashable, float]] = []
+            gaps: list[float] = []
             for key in active:
+                start = self.clock()
                 try:
-                    timed.append((key, self.timer(calls[key])))
+                    ms = self._call(key, calls[key], hooks)
                 except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
                     failed[key] = error_text(exc)
+                    continue
+                timed.append((key, ms))
+                gaps.append((start - last) * 1e3)
+                last = start + ms / 1e3
             if baseline is None:
                 for key, ms in timed:
                     state[key].row_ms.append(ms)
                     state[key].elapsed_s += ms / 1e3
             else:
+                start = self.clock()
+                gaps.append((start - last) * 1e3)
                 after = self.timer(baseline)
+                last = start + after / 1e3
                 base_samples.append(before)
                 share = (before + after) / 2 / max(len(timed), 1)
-                interp = interpolated_baselines(before, after, [ms for _, ms in timed])
+                interp = interpolated_baselines(before, after, [ms for _, ms in timed], gaps)
                 for (key, ms), base in zip(timed, interp, strict=True):
                     state[key].row_ms.append(ms)
                     state[key].baseline_ms.append(base)
@@ -296,6 +336,15 @@ class MeasurementEngine:
             base_samples.append(before)
             out[_BASELINE_KEY] = RowMeasurement(tuple(base_samples), throttled=self.timer.throttled)
         return out
+
+    def _call(self, key: Hashable, call: Call, hooks: dict[Hashable, OutputHook]) -> float:
+        """One timed call (ms); the first of a row with a hook hands its output to the hook."""
+        hook = hooks.pop(key, None)
+        if hook is None:
+            return self.timer(call)
+        out, ms = self.timer.timed(call)
+        hook(out)
+        return ms
 
     def measure(
         self,

@@ -31,9 +31,13 @@ class CallTimer:
         """Wait for the device to finish queued work (nothing to wait for on the CPU)."""
 
     def __call__(self, fn: Callable[[], object]) -> float:
+        return self.timed(fn)[1]
+
+    def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
+        """``fn()``'s result and its time in milliseconds, as :meth:`__call__` times it."""
         t0 = self.clock()
-        fn()
-        return (self.clock() - t0) * 1e3
+        result = fn()
+        return result, (self.clock() - t0) * 1e3
 
     def seconds(self, fn: Callable[[], object]) -> tuple[object, float]:
         """``fn()``'s result and its wall time in seconds, the device synchronised."""
@@ -69,16 +73,16 @@ class CudaCallTimer(CallTimer):
     def sync(self) -> None:
         torch.cuda.synchronize(self.device)
 
-    def __call__(self, fn: Callable[[], object]) -> float:
+    def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
         self.flush()
         begin = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         begin.record(self.stream)
-        fn()
+        result = fn()
         end.record(self.stream)
         end.synchronize()
         self._watch_clock()
-        return begin.elapsed_time(end)
+        return result, begin.elapsed_time(end)
 
     def _watch_clock(self) -> None:
         try:

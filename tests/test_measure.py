@@ -197,3 +197,74 @@ def test_weighted_bootstrap_draws_follow_the_weights():
     draws = _weighted_draws(w, (100_000, 2), np.random.default_rng(0)).ravel()
     share = np.bincount(draws, minlength=4) / draws.size
     assert share == pytest.approx([0.25, 0.125, 0.5, 0.125], abs=0.01)
+
+
+def test_interpolated_baseline_leaves_out_the_gaps_between_calls():
+    # a 30 ms gap before the second row: the machine moved on while nothing was timed
+    got = interpolated_baselines(10.0, 20.0, [5.0, 15.0], gaps_ms=[0.0, 30.0, 0.0])
+    span = 5.0 + 5.0 + 30.0 + 15.0 + 10.0
+    assert got == pytest.approx([10.0 + 10.0 * 7.5 / span, 10.0 + 10.0 * 47.5 / span])
+    with pytest.raises(ValueError, match="gaps_ms"):
+        interpolated_baselines(10.0, 20.0, [5.0], gaps_ms=[0.0])
+
+
+def test_first_output_hooks_get_the_first_call_and_their_time_is_left_out_of_the_pairing():
+    """A row checked on its first timed call's output: the check (a long pause here) happens
+    between calls while the machine slows down steadily; the pairs still see the true ratio."""
+
+    class DriftingMachine:
+        def __init__(self) -> None:
+            self.now = 0.0
+
+        def clock(self) -> float:
+            return self.now
+
+        def call(self, ms: float, out=None):
+            def run():
+                self.now += ms * (1.0 + self.now) / 1e3  # 1 s later, everything is 2x slower
+                return out
+
+            return run
+
+    machine = DriftingMachine()
+    seen: list[object] = []
+
+    def check(out):
+        seen.append(out)
+        machine.now += 0.5  # the accuracy check takes half a second
+
+    timer = TimerSettings(
+        budget_s=100, warmup_s=0.0, max_samples=3, target_rel_spread=-1.0, target_ci=-1.0
+    )
+    e = MeasurementEngine("cpu", timer, timer, clock=machine.clock, timer=CallTimer(machine.clock))
+    base_seen: list[object] = []
+    cell = e.measure_cell(
+        {"a": machine.call(4.0, out="a-output"), "b": machine.call(2.0, out="b-output")},
+        baseline=machine.call(8.0, out="base-output"),
+        first_outputs={"a": check, "b": check},
+        baseline_first_output=base_seen.append,
+        seed=1,
+    )
+    assert sorted(seen) == ["a-output", "b-output"] and base_seen == ["base-output"]
+    assert len(cell.rows["a"].row_ms) == 3  # the checked call is a sample
+    assert stats(cell.rows["a"].ratios).median_ms == pytest.approx(2.0, rel=0.01)
+    assert stats(cell.rows["b"].ratios).median_ms == pytest.approx(4.0, rel=0.01)
+    # the first cycle's pair, around the checks (without leaving out the gaps: 4% off)
+    first_a = cell.rows["a"].ratios[0]
+    assert first_a == pytest.approx(2.0, rel=0.01)
+
+
+def test_a_raising_output_hook_fails_its_row_only():
+    machine = FakeMachine()
+
+    def bad_check(out):
+        raise ValueError("output has NaN")
+
+    e = engine(machine, warmup_s=0.0, target_rel_spread=-1.0, target_ci=-1.0, max_samples=2)
+    cell = e.measure_cell(
+        {"bad": machine.call(1.0), "good": machine.call(1.0)},
+        baseline=machine.call(2.0),
+        first_outputs={"bad": bad_check},
+    )
+    assert cell.failed == {"bad": "ValueError: output has NaN"}
+    assert len(cell.rows["good"].row_ms) == 2
