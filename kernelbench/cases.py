@@ -1,8 +1,11 @@
 """Cases: sweep definitions (``cases/*.toml``) and the inputs they generate.
 
 A case names model sizes (``d_model``), layer shapes in terms of d, and activation
-distributions. :func:`make_inputs` draws a cell's inputs from a seed derived from the case seed
-and the cell, so every run (and every executor) sees the same inputs for the same cell.
+distributions. :func:`layer_inputs` draws one layer's inputs (weights, bias, a batch of
+activations) from a seed derived from the case seed and the layer (size, layer, distribution),
+so every run (and every executor) sees the same inputs; :func:`make_inputs` gives a cell (a
+token count of that layer) the first rows of the layer's activations. Every token count of a
+layer thus multiplies the same weights (as a model does), and a run can quantize them once.
 
 Distributions:
 
@@ -165,9 +168,9 @@ def _outlier_stats_table(data: dict, path: Path) -> dict:
     return tomllib.loads(other.read_text(encoding="utf-8")).get("outlier_stats", {})
 
 
-def cell_seed(case: Case, d_model: int, layer: str, tokens: int, dist: str) -> int:
-    """A stable seed per cell (independent of Python's hash randomisation)."""
-    text = f"{case.seed}|{d_model}|{layer}|{tokens}|{dist}"
+def layer_seed(case: Case, d_model: int, layer: str, dist: str) -> int:
+    """A stable seed per layer (independent of Python's hash randomisation)."""
+    text = f"{case.seed}|{d_model}|{layer}|{dist}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
@@ -187,11 +190,17 @@ def _quartile_sample(gen: torch.Generator, count: int, quartiles) -> torch.Tenso
 
 
 def outlier_activations(
-    gen: torch.Generator, m: int, k: int, stats: OutlierStats
+    gen: torch.Generator,
+    m: int,
+    k: int,
+    stats: OutlierStats,
+    dims: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x float32 (m, k), the outlier dims) following App. C Table 4 statistics."""
+    """(x float32 (m, k), the outlier dims) following App. C Table 4 statistics; the dims are
+    drawn from ``gen`` unless given (in the order whose first ``stats.one_sided`` are one-sided)."""
     x = torch.randn(m, k, generator=gen).clamp_(-3.5, 3.5)
-    dims = torch.randperm(k, generator=gen)[: min(stats.dims, k)]
+    if dims is None:
+        dims = torch.randperm(k, generator=gen)[: min(stats.dims, k)]
     for i, dim in enumerate(dims.tolist()):
         affected = torch.rand(m, generator=gen) < stats.positions
         if m and not bool(affected.any()):
@@ -275,6 +284,28 @@ def _load_pt(path: Path) -> torch.Tensor:
     return obj
 
 
+#: Every cell of a layer with at most this many tokens takes the first rows of one batch of
+#: activations of this many tokens (larger cells draw a larger batch, whose first rows are the
+#: same); ``llm_int8``'s calibrated outlier dims come from this many rows.
+CALIBRATION_TOKENS = 2048
+
+
+@dataclass
+class LayerInputs:
+    """What every cell of one layer shares: its weights, bias and a batch of activations."""
+
+    x: torch.Tensor  # (tokens, k) in the layer dtype, on the device: cells take its first rows
+    weight: torch.Tensor  # (n, k)
+    bias: torch.Tensor  # (n,)
+    seed: int
+    planted_outliers: int  # outlier dims the distribution planted (0 for gaussian / files)
+
+    @property
+    def calibration(self) -> torch.Tensor:
+        """The rows ``llm_int8``'s kept outlier dims are calibrated on."""
+        return self.x[:CALIBRATION_TOKENS]
+
+
 @dataclass
 class CellInputs:
     x: torch.Tensor  # (m, k) in the layer dtype, on the device
@@ -282,6 +313,83 @@ class CellInputs:
     bias: torch.Tensor  # (n,)
     seed: int
     planted_outliers: int  # outlier dims the distribution planted (0 for gaussian / files)
+
+
+def _sub_generator(seed: int, part: str) -> torch.Generator:
+    """A generator of its own for one part of a layer's draws: the weights do not depend on
+    how many activation rows were drawn before them."""
+    digest = hashlib.sha256(f"{seed}|{part}".encode()).digest()[:8]
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little"))
+
+
+def _synthetic_activations(
+    case: Case, size: Size, dist: str, rows: int, k: int, seed: int
+) -> tuple[torch.Tensor, int]:
+    """(x float32 (rows, k), planted outlier dims), drawn in blocks of
+    :data:`CALIBRATION_TOKENS` rows, each from its own generator, with the planted dims drawn
+    once: the first rows are the same however many are drawn."""
+    dims_gen = _sub_generator(seed, "dims")
+    stats = case.outlier_stats[size.outliers] if dist == "outliers" else None
+    if stats is not None:
+        dims = torch.randperm(k, generator=dims_gen)[: min(stats.dims, k)]
+    elif dist == "paper-bench":
+        dims = torch.randperm(k, generator=dims_gen)[:5]
+    else:
+        dims = torch.zeros(0, dtype=torch.int64)
+    blocks = []
+    for b in range(math.ceil(rows / CALIBRATION_TOKENS)):
+        gen = _sub_generator(seed, f"x{b}")
+        m = min(CALIBRATION_TOKENS, rows - b * CALIBRATION_TOKENS)
+        if stats is not None:
+            blocks.append(outlier_activations(gen, m, k, stats, dims)[0])
+        else:
+            block = torch.randn(m, k, generator=gen)
+            block[:, dims] = 8.0  # paper-bench (no dims for gaussian)
+            blocks.append(block)
+    return torch.cat(blocks), int(dims.numel())
+
+
+def layer_inputs(
+    case: Case,
+    size: Size,
+    layer: str,
+    dist: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    activations: torch.Tensor | None = None,
+    tokens: int = CALIBRATION_TOKENS,
+) -> LayerInputs:
+    """Fresh random inputs for one layer (never zeros), activations for at least ``tokens``
+    tokens (and at least :data:`CALIBRATION_TOKENS`, except for a shorter activation file).
+    Weights ~ N(0, 1/k), bias ~ N(0, 0.1)."""
+    k, n = case.shape(layer, size.d_model)
+    seed = layer_seed(case, size.d_model, layer, dist)
+    rows = max(tokens, CALIBRATION_TOKENS)
+    if dist.startswith("file:"):
+        if activations is None:
+            raise InputError("dist 'file:...' needs the activations tensor")
+        if activations.shape[1] != k:
+            raise InputError(
+                f"activations have d={activations.shape[1]}, layer {layer} at "
+                f"d_model={size.d_model} needs in_features={k}"
+            )
+        if activations.shape[0] < tokens:
+            raise InputError(f"activations have {activations.shape[0]} tokens, {tokens} asked")
+        x, planted = activations[:rows].clone(), 0
+    elif dist in DISTRIBUTIONS:
+        x, planted = _synthetic_activations(case, size, dist, rows, k, seed)
+    else:
+        raise InputError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}, file:")
+    wgen = _sub_generator(seed, "weight")
+    weight = torch.randn(n, k, generator=wgen) / k**0.5
+    bias = torch.randn(n, generator=wgen) * 0.1
+    return LayerInputs(
+        x=x.to(dtype).to(device).contiguous(),
+        weight=weight.to(dtype).to(device).contiguous(),
+        bias=bias.to(dtype).to(device),
+        seed=seed,
+        planted_outliers=planted,
+    )
 
 
 def make_inputs(
@@ -293,42 +401,16 @@ def make_inputs(
     dtype: torch.dtype,
     device: torch.device,
     activations: torch.Tensor | None = None,
+    layer_in: LayerInputs | None = None,
 ) -> CellInputs:
-    """Fresh random inputs for one cell (never zeros). Weights ~ N(0, 1/k), bias ~ N(0, 0.1)."""
-    k, n = case.shape(layer, size.d_model)
-    seed = cell_seed(case, size.d_model, layer, tokens, dist)
-    gen = torch.Generator().manual_seed(seed)
-    planted = 0
-    if dist == "gaussian":
-        x = torch.randn(tokens, k, generator=gen)
-    elif dist == "paper-bench":
-        x = torch.randn(tokens, k, generator=gen)
-        cols = torch.randperm(k, generator=gen)[:5]
-        x[:, cols] = 8.0
-        planted = min(5, k)
-    elif dist == "outliers":
-        stats = case.outlier_stats[size.outliers]
-        x, dims = outlier_activations(gen, tokens, k, stats)
-        planted = int(dims.numel())
-    elif dist.startswith("file:"):
-        if activations is None:
-            raise InputError("dist 'file:...' needs the activations tensor")
-        if activations.shape[1] != k:
-            raise InputError(
-                f"activations have d={activations.shape[1]}, layer {layer} at "
-                f"d_model={size.d_model} needs in_features={k}"
-            )
-        if activations.shape[0] < tokens:
-            raise InputError(f"activations have {activations.shape[0]} tokens, {tokens} asked")
-        x = activations[:tokens].clone()
-    else:
-        raise InputError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}, file:")
-    weight = torch.randn(n, k, generator=gen) / k**0.5
-    bias = torch.randn(n, generator=gen) * 0.1
+    """One cell's inputs: the first ``tokens`` rows of its layer's activations (``layer_in``,
+    drawn here when not given or too short) with the layer's weights and bias."""
+    if layer_in is None or layer_in.x.shape[0] < tokens:
+        layer_in = layer_inputs(case, size, layer, dist, dtype, device, activations, tokens)
     return CellInputs(
-        x=x.to(dtype).to(device).contiguous(),
-        weight=weight.to(dtype).to(device).contiguous(),
-        bias=bias.to(dtype).to(device),
-        seed=seed,
-        planted_outliers=planted,
+        x=layer_in.x[:tokens],
+        weight=layer_in.weight,
+        bias=layer_in.bias,
+        seed=layer_in.seed,
+        planted_outliers=layer_in.planted_outliers,
     )

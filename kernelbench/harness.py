@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,13 +31,19 @@ import torch
 
 from kernelbench import oracle
 from kernelbench.backends import all_backends
-from kernelbench.backends.base import Runner, sixteen_bit_dtype
-from kernelbench.cases import Case, Size, load_activation_file, make_inputs
+from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
+from kernelbench.cases import Case, Size, layer_inputs, load_activation_file, make_inputs
 from kernelbench.core import BASELINE, FP32, METHODS, SkipKind, work_bytes, work_flops
 from kernelbench.env import device_class
 from kernelbench.measure import MeasurementEngine, RowMeasurement, TimerSettings, error_text
 from kernelbench.plugins import origin_of
-from kernelbench.prepared import PreparedCell, PreparedCells, available_bytes, resident_bytes
+from kernelbench.prepared import (
+    PreparedCell,
+    PreparedCells,
+    PreparedLayer,
+    available_bytes,
+    resident_bytes,
+)
 from kernelbench.quant import QuantConfig, outlier_columns
 from kernelbench.results import ResultRow
 from kernelbench.statistics import median_interval, stats
@@ -123,18 +129,25 @@ def plan(case: Case, opts: RunOptions) -> list[WorkItem]:
     dist = opts.dist or case.default_dist
     if opts.activations is not None:
         dist = f"file:{Path(opts.activations).name}"
-    cells = [
-        (s, lay, t)
-        for t in tokens
+    layers = [
+        (s, lay)
         for s in sizes
         for lay in (case.layer_names(s.d_model) if layer == ALL_LAYERS else (layer,))
     ]
     items = []
     for r in range(opts.rounds):
-        order = list(cells)
-        if r:  # round 0 goes up in size, so that every call-time estimate comes from below
-            random.Random(case.seed + r).shuffle(order)
-        items += [WorkItem(s, lay, t, dist, round=r) for s, lay, t in order]
+        # round 0 goes up in size, so that every call-time estimate comes from below; later
+        # rounds each in a fresh shuffled order. The token counts of a layer come one after
+        # another (in a shuffled order after round 0): they share its prepared weights.
+        order = list(layers)
+        rng = random.Random(case.seed + r)
+        if r:
+            rng.shuffle(order)
+        for s, lay in order:
+            counts = list(tokens)
+            if r:
+                rng.shuffle(counts)
+            items += [WorkItem(s, lay, t, dist, round=r) for t in counts]
     return items
 
 
@@ -154,19 +167,23 @@ def method_pairs(opts: RunOptions) -> list[tuple[str, str]]:
 
 
 class CallEstimator:
-    """Throughput of each (backend, method) seen so far in this run, to skip hopeless rows."""
+    """Throughput of each (backend, method) at each token count seen so far in this run, to
+    skip hopeless rows (small token counts run far below the large ones' throughput, so an
+    estimate comes only from the same token count)."""
 
     def __init__(self) -> None:
-        self.ops_per_s: dict[tuple[str, str], tuple[float, int]] = {}
+        self.ops_per_s: dict[tuple[tuple[str, str], int], tuple[float, int]] = {}
 
-    def record(self, key: tuple[str, str], ops: float, seconds: float, d_model: int) -> None:
+    def record(
+        self, key: tuple[str, str], ops: float, seconds: float, d_model: int, tokens: int
+    ) -> None:
         if seconds > 0:
-            self.ops_per_s[key] = (ops / seconds, d_model)
+            self.ops_per_s[(key, tokens)] = (ops / seconds, d_model)
 
-    def estimate(self, key: tuple[str, str], ops: float) -> tuple[float, int] | None:
-        if key not in self.ops_per_s:
+    def estimate(self, key: tuple[str, str], ops: float, tokens: int) -> tuple[float, int] | None:
+        if (key, tokens) not in self.ops_per_s:
             return None
-        rate, d_model = self.ops_per_s[key]
+        rate, d_model = self.ops_per_s[(key, tokens)]
         return ops / rate, d_model
 
 
@@ -235,6 +252,8 @@ def measure_cell(
     m = item.tokens
     flops = work_flops(m, k, n)
     pairs = method_pairs(opts)
+    if item.round >= FP32_ROUNDS:
+        pairs = [p for p in pairs if p != FP32]
     if item.only is not None:
         pairs = [p for p in pairs if p in item.only or p == BASELINE]
     done = done or set()
@@ -248,15 +267,19 @@ def measure_cell(
         return
     if BASELINE in pairs and BASELINE not in todo:
         todo.insert(0, BASELINE)  # the later rows pair with it: time it again, do not write it
-    cell_key = (item.size.d_model, item.layer, m, item.dist)
+    layer_key = (item.size.d_model, item.layer, item.dist)
+    cell_key = (layer_key, m)
     kept = prepared.get(cell_key) if prepared is not None else None
     if prepared is not None and (kept is None or any(p not in kept.runners for p in todo)):
+        prepared.release_layer(unless=layer_key)
         prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
     in_use = resident_bytes(device)
+    layer = _layer(item, case, opts, dtype, device, activations, prepared, layer_key)
     if kept is None:
-        inputs = make_inputs(case, item.size, item.layer, m, item.dist, dtype, device, activations)
-        kept_rows = outlier_columns(inputs.x, opts.cfg.alpha, opts.cfg.outlier_cmp)
-        kept = PreparedCell(inputs, kept_rows)
+        inputs = make_inputs(
+            case, item.size, item.layer, m, item.dist, dtype, device, activations, layer.inputs
+        )
+        kept = PreparedCell(inputs, layer.kept_rows)
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
@@ -287,20 +310,22 @@ def measure_cell(
             warm_s = _warm_enough(item, (backend_name, method), flops, estimator, built, opts)
             setup = (opts, engine, check, kept_rows, device)
             backend = all_backends()[backend_name]
-            one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
+            with sharing_weights(layer.shared if layer.inputs.weight is inputs.weight else None):
+                one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
             if check is not None:
                 _time_stages(one, engine, cell)
             # the stages' inputs and the operands have served: free them before the next
             # runner is built (at 175B shapes they are a gigabyte per runner)
-            one.runner = replace(one.runner, stages={}, operands=None)
+            operands = one.runner.operands if one.check is not None else None
+            one.runner = replace(one.runner, stages={}, operands=operands)
             ready.append(one)
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, error_text(exc), device)
     _measure_prepared(ready, engine, cell, inputs.seed, device)
     for p in measured + ready:
         if p.row.status == "ok":
-            estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model)
-            if prepared is not None and p.key not in kept.runners:
+            estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model, m)
+            if prepared is not None and p.key not in kept.runners and p.key != FP32:
                 kept.runners[p.key] = p.runner
     del ready, measured, check
     if prepared is not None:
@@ -316,12 +341,28 @@ def measure_cell(
             yield _stamp(row)
 
 
+def _layer(item, case, opts, dtype, device, activations, prepared, layer_key) -> PreparedLayer:
+    """The cell's layer: held by ``prepared`` for the layer's other cells (every token count
+    shares its weights, and the weights prepared from them), or drawn for this cell alone."""
+    held = prepared.layer(layer_key) if prepared is not None else None
+    if held is not None and held.inputs.x.shape[0] >= item.tokens:
+        return held
+    inputs = layer_inputs(
+        case, item.size, item.layer, item.dist, dtype, device, activations, item.tokens
+    )
+    cal = inputs.calibration
+    layer = PreparedLayer(inputs, outlier_columns(cal, opts.cfg.alpha, opts.cfg.outlier_cmp))
+    if prepared is not None and prepared.limit_bytes:
+        prepared.hold_layer(layer_key, layer)
+    return layer
+
+
 def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator):
     """(skip kind, reason) when the row is not to be measured, else ``None``."""
     avail = all_backends()[backend_name].supports(method, device, dtype, m, k, n)
     if not avail:
         return SkipKind.UNSUPPORTED.value, avail.reason
-    est = estimator.estimate((backend_name, method), flops)
+    est = estimator.estimate((backend_name, method), flops, m)
     cap = opts.max_call_s * (
         BASELINE_CALL_FACTOR if (backend_name, method) in (BASELINE, FP32) else 1.0
     )
@@ -355,6 +396,10 @@ def _memory_short(reserve: int, prepared: PreparedCells | None, cell_key) -> boo
     return free is not None and free < reserve
 
 
+#: ``fp32`` is measured in round 0 only (paired with the baseline in that round's cycles): it
+#: is a reference point, not a contender, and at 175B shapes one call takes a 2-core CPU 17 s.
+FP32_ROUNDS = 1
+
 #: In rounds after the first, a row whose call this run measured at this many seconds or more
 #: skips its separate first call: its calls in the cycles are warm enough, and at 175B shapes
 #: a first call per row and round costs a minute of a 2-core machine's time.
@@ -377,23 +422,36 @@ class _Prepared:
     row: ResultRow
     runner: Runner
     warmed_s: float  # seconds of calls it already had (its first call, or the estimate)
+    #: round 0 without a separate first call: the output of its first call in the cycles is
+    #: checked against the oracle (a call of seconds is not made once more just for that)
+    check: _AccuracyCheck | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.row.backend, self.row.method)
 
+    def output_check(self) -> Callable[[object], None]:
+        """The hook that checks this row's first output in the cycles, then lets the operands
+        the check needed go."""
+        check = self.check
+
+        def record(y) -> None:
+            self.row.rel_error, self.row.max_abs_error = check.errors(self.runner, y)
+            self.runner = replace(self.runner, operands=None)
+            self.check = None
+
+        return record
+
 
 def _warm_enough(item, key, flops, estimator: CallEstimator, kept: Runner | None, opts):
     """Seconds of warm-up a row may count as done without a first call, or ``None``: it needs
-    one. Round 0 always does (its output is checked for accuracy); a runner kept from an earlier
-    round has had its first call (and in the cycles, other rows' calls come between its own, so
-    a warm cache is not what warm-up would buy); a freshly built one needs it unless its call is
-    long."""
-    if item.round == 0:
-        return None
+    one. A runner kept from an earlier round has had its first call (and in the cycles, other
+    rows' calls come between its own, so a warm cache is not what warm-up would buy); a freshly
+    built one needs it unless its call is long (in round 0 its output is then checked on its
+    first call in the cycles)."""
     if kept is not None:
         return opts.timer.warmup_s
-    est = estimator.estimate(key, flops)
+    est = estimator.estimate(key, flops, item.tokens)
     return est[0] if est is not None and est[0] >= LONG_CALL_S else None
 
 
@@ -446,18 +504,21 @@ def _prepare_row(
         runner = backend.runner(
             row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
         )
+    deferred = None
     if warm_s is None:
         y, warm_s = engine.first_call(runner.run)
         if check is not None:
             row.rel_error, row.max_abs_error = check.errors(runner, y)
         del y
+    else:
+        deferred = check
     row.outlier_cols = runner.outlier_cols
     row.weight_bytes = runner.weight_bytes
     row.variant, row.compile_s = runner.variant, runner.compile_seconds
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - before
         row.peak_mem_bytes = int(inputs_bytes + peak)
-    return _Prepared(row, runner, warm_s)
+    return _Prepared(row, runner, warm_s, deferred)
 
 
 def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, device) -> None:
@@ -471,6 +532,8 @@ def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, de
             warmed_s={p.key: p.warmed_s for p in others},
             baseline_warmed_s=base.warmed_s if base else 0.0,
             seed=seed,
+            first_outputs={p.key: p.output_check() for p in others if p.check is not None},
+            baseline_first_output=base.output_check() if base and base.check else None,
         )
     except Exception as exc:  # noqa: BLE001 - the baseline failed: so does every pairing
         for p in ready:
@@ -559,6 +622,8 @@ def followup_items(
     for row in pooled_rows(rows, env):
         if row.layer not in {i.layer for i in items}:
             continue  # a per-block row: its layers are measured, not it
+        if (row.backend, row.method) == FP32:
+            continue  # measured in round 0 only (FP32_ROUNDS)
         if row.status == "ok" and (row.ci_wide or "ordering" in row.suspect_reason):
             cell = (row.d_model, row.layer, row.tokens)
             uncertain.setdefault(cell, set()).add((row.backend, row.method))

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelbench.backends.base import Runner
-from kernelbench.cases import CellInputs
+from kernelbench.backends.base import Runner, SharedWeights
+from kernelbench.cases import CellInputs, LayerInputs
 
 #: Share of the machine's physical memory a run may keep prepared cells in, by default.
 DEFAULT_SHARE = 0.55
@@ -69,6 +69,17 @@ class PreparedCell:
     nbytes: int = 0
 
 
+@dataclass
+class PreparedLayer:
+    """What the cells of one layer (every token count) share: its inputs, the outlier dims
+    ``llm_int8`` keeps (calibrated on the layer's activations) and the weights prepared from
+    them so far."""
+
+    inputs: LayerInputs
+    kept_rows: torch.Tensor
+    shared: SharedWeights = field(default_factory=SharedWeights)
+
+
 class PreparedCells:
     """Prepared cells by cell key, within ``limit_bytes``. A cell that does not fit may push out
     the least recently used smaller ones (keeping a large cell saves more building than keeping
@@ -77,6 +88,7 @@ class PreparedCells:
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = max(0, int(limit_bytes))
         self._cells: OrderedDict[Hashable, PreparedCell] = OrderedDict()
+        self._layer: tuple[Hashable, PreparedLayer] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -90,6 +102,21 @@ class PreparedCells:
         if cell is not None:
             self._cells.move_to_end(key)
         return cell
+
+    def layer(self, key: Hashable) -> PreparedLayer | None:
+        """The layer held under ``key``, if it is the one held."""
+        return self._layer[1] if self._layer is not None and self._layer[0] == key else None
+
+    def hold_layer(self, key: Hashable, layer: PreparedLayer) -> None:
+        """Hold ``layer`` (one layer at a time: its prepared weights are gigabytes at 175B)."""
+        self.release_layer()
+        self._layer = (key, layer)
+
+    def release_layer(self, unless: Hashable = None) -> None:
+        """Let the held layer go, unless it is ``unless``."""
+        if self._layer is not None and self._layer[0] != unless:
+            self._layer = None
+            gc.collect()
 
     def make_room(
         self, needed_bytes: int, keep: Hashable = None, available=available_bytes

@@ -218,6 +218,7 @@ class RayExecutor:
                                 work_flops(row.m, row.k, row.n),
                                 row.median_ms / 1e3,
                                 row.d_model,
+                                row.tokens,
                             )
                         yield item, row
         finally:

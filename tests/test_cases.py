@@ -54,6 +54,22 @@ def test_layer_all_plans_every_layer_of_every_size_and_unknown_layers_are_named(
         plan(case, RunOptions(case="llama", sizes=(4096,), layer="ffn1", rounds=1))
 
 
+def test_the_token_counts_of_a_layer_follow_one_another_in_every_round():
+    case = load_case("gpt3")
+    opts = RunOptions(sizes=(768, 1024), tokens=(1, 8, 2048), rounds=3)
+    items = plan(case, opts)
+    round0 = [(i.size.d_model, i.tokens) for i in items if i.round == 0]
+    assert round0 == [(768, 1), (768, 8), (768, 2048), (1024, 1), (1024, 8), (1024, 2048)]
+    orders = set()
+    for r in (1, 2):
+        cells = [(i.size.d_model, i.tokens) for i in items if i.round == r]
+        assert sorted(cells) == sorted(round0)
+        sizes = [d for d, _ in cells]
+        assert sizes in ([768] * 3 + [1024] * 3, [1024] * 3 + [768] * 3)  # a layer's cells together
+        orders.add(tuple(cells))
+    assert len(orders | {tuple(round0)}) > 1  # later rounds in fresh orders
+
+
 def _layer_row(layer: str, method: str, ms: float, speedup: float) -> ResultRow:
     """A llama2-7b layer row taking ``ms``, ``speedup`` times faster than its 16-bit baseline
     (95% interval +-10%)."""

@@ -87,7 +87,13 @@ def test_inputs_are_seeded_fresh_and_never_zero():
     b = make_inputs(case, size, "ffn1", 16, "outliers", torch.bfloat16, torch.device("cpu"))
     c = make_inputs(case, size, "ffn1", 32, "outliers", torch.bfloat16, torch.device("cpu"))
     assert torch.equal(a.x, b.x) and a.seed == b.seed
-    assert a.seed != c.seed
+    # every token count of a layer: the same weights, the first rows of the same activations
+    assert a.seed == c.seed and torch.equal(a.weight, c.weight) and torch.equal(a.x, c.x[:16])
+    other = make_inputs(case, size, "ffn2", 16, "outliers", torch.bfloat16, torch.device("cpu"))
+    assert other.seed != a.seed
+    # more tokens than the calibration batch: a larger batch with the same first rows, weights
+    big = make_inputs(case, size, "ffn1", 2050, "outliers", torch.bfloat16, torch.device("cpu"))
+    assert torch.equal(big.x[:32], c.x) and torch.equal(big.weight, a.weight)
     assert a.x.abs().sum() > 0 and a.weight.abs().sum() > 0
     paper = make_inputs(case, size, "ffn1", 16, "paper-bench", torch.bfloat16, torch.device("cpu"))
     assert (paper.x == 8.0).all(dim=0).sum() == 5

@@ -3,10 +3,13 @@ the runners an earlier round built (and building them again when nothing was kep
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from kernelbench.backends import all_backends
 from kernelbench.cases import CellInputs, load_case
+from kernelbench.core import work_flops
 from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
 from kernelbench.measure import MeasurementEngine, TimerSettings
 from kernelbench.prepared import PreparedCell, PreparedCells, default_limit_bytes
@@ -122,3 +125,92 @@ def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
     base = next(r for r in rows if r.method == "fp16")
     assert base.samples >= 1 and base.baseline_rel_error == base.rel_error
     assert len(cache) == 0  # a cell that did not fit is not kept
+
+
+def _count_prepares(monkeypatch, names=("torch", "custom")) -> list[tuple[str, object]]:
+    prepares: list[tuple[str, object]] = []
+    for name in names:
+        cls = type(all_backends()[name])
+        real = cls.prepare_weight
+
+        def counting(self, weight, bias, cfg, kept_rows=None, _real=real):
+            prepares.append((self.name, cfg.decomposition))
+            return _real(self, weight, bias, cfg, kept_rows)
+
+        monkeypatch.setattr(cls, "prepare_weight", counting)
+    return prepares
+
+
+def test_the_token_counts_of_a_layer_share_its_weights_and_prepare_them_once(monkeypatch):
+    case = load_case("gpt3")
+    opts = replace(tiny_opts(("fp16", "int8_raw", "vectorwise", "llm_int8"), 1), tokens=(8, 16))
+    prepares = _count_prepares(monkeypatch)
+    items = plan(case, opts)
+    assert [(i.size.d_model, i.tokens) for i in items] == [(768, 8), (768, 16)]
+    cache, estimator = PreparedCells(1 << 40), CallEstimator()
+    rows = [r for i in items for r in measure_cell(i, case, opts, estimator, prepared=cache)]
+    # custom: int8_raw and vectorwise quantize alike (one preparation), llm_int8 keeps outlier
+    # weights (another); torch: int8_raw and llm_int8. Once for both token counts.
+    assert sorted(prepares) == [
+        ("custom", False),
+        ("custom", True),
+        ("torch", False),
+        ("torch", True),
+    ]
+    measured = [r for r in rows if r.status != "skipped"]
+    assert all(r.status == "ok" for r in measured) and len(measured) == 12
+    assert len({r.seed for r in measured}) == 1  # one layer: one seed
+    for r in measured:
+        assert r.rel_error is not None and r.rel_error < 0.05
+    # without a cache that holds layers, each cell prepares its own (and still shares within)
+    prepares.clear()
+    for i in items:
+        list(measure_cell(i, case, opts, CallEstimator(), prepared=PreparedCells(0)))
+    assert len(prepares) == 8
+
+
+def test_a_long_row_is_checked_on_its_first_call_in_the_cycles(monkeypatch):
+    """Round 0: a row whose call is estimated long gets no separate first call; its first
+    call in the cycles is checked against the oracle, as a first call would be."""
+    case = load_case("gpt3")
+    opts = tiny_opts(("fp16", "int8_raw", "llm_int8"), 1)
+    (item,) = plan(case, opts)
+    first_calls: list[object] = []
+    real_first = MeasurementEngine.first_call
+    monkeypatch.setattr(
+        MeasurementEngine,
+        "first_call",
+        lambda self, call: (first_calls.append(call), real_first(self, call))[1],
+    )
+    checked = [r for r in measure_cell(item, case, opts, CallEstimator()) if r.status == "ok"]
+    assert len(first_calls) == 5
+    first_calls.clear()
+    estimator = CallEstimator()  # every call estimated at 5 s
+    for backend, method in (
+        ("torch", "fp16"),
+        ("torch", "int8_raw"),
+        ("torch", "llm_int8"),
+        ("custom", "int8_raw"),
+        ("custom", "llm_int8"),
+    ):
+        estimator.record((backend, method), work_flops(item.tokens, 768, 3072), 5.0, 512, 8)
+    deferred = [r for r in measure_cell(item, case, opts, estimator) if r.status == "ok"]
+    assert not first_calls and len(deferred) == len(checked) == 5
+    for a, b in zip(checked, deferred, strict=True):
+        assert (a.backend, a.method) == (b.backend, b.method)
+        assert b.rel_error == a.rel_error and b.max_abs_error == a.max_abs_error
+    assert all(r.paired for r in deferred if r.method != "fp16")
+    assert next(r for r in deferred if r.method == "int8_raw").rel_error == 0.0
+
+
+def test_fp32_is_measured_in_round_0_only():
+    case = load_case("gpt3")
+    opts = tiny_opts(("fp16", "fp32", "int8_raw"), 2)
+    first, later = plan(case, opts)
+    cache, estimator = PreparedCells(1 << 40), CallEstimator()
+    r0 = measure_cell(first, case, opts, estimator, prepared=cache)
+    r0 = {(r.backend, r.method) for r in r0 if r.status == "ok"}
+    r1 = measure_cell(later, case, opts, estimator, prepared=cache)
+    r1 = {(r.backend, r.method) for r in r1 if r.status == "ok"}
+    assert ("torch", "fp32") in r0 and ("torch", "fp32") not in r1
+    assert ("custom", "int8_raw") in r1

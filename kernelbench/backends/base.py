@@ -21,9 +21,11 @@ is done there, and the runner holds zero-argument callables to time (tritonbench
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -38,11 +40,65 @@ __all__ = [
     "Numerics",
     "OWN_VARIANT",
     "Runner",
+    "SharedWeights",
     "method_config",
+    "shared_weight",
+    "sharing_weights",
     "sixteen_bit_dtype",
     "stage_accumulator",
     "torch_device_availability",
 ]
+
+
+T = TypeVar("T")
+_Tensors = tuple[torch.Tensor | None, ...]
+
+
+class SharedWeights:
+    """Weights prepared once and shared by every runner built on the same weight tensors while
+    this object is active (:func:`sharing_weights`): a sweep builds a runner per method and
+    token count of a layer, and quantizing a 175B weight takes a 2-core CPU seconds each time.
+    An entry is found only for the very tensors (same objects, unmodified) it was built from."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple[_Tensors, tuple[int, ...], Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, tensors: _Tensors, key: Hashable, build: Callable[[], T]) -> T:
+        versions = tuple(t._version if t is not None else -1 for t in tensors)
+        full = (tuple(id(t) for t in tensors), key)
+        hit = self._entries.get(full)
+        same = hit is not None and all(a is b for a, b in zip(hit[0], tensors, strict=True))
+        if same and hit[1] == versions:
+            return hit[2]
+        value = build()
+        self._entries[full] = (tensors, versions, value)
+        return value
+
+
+_ACTIVE_SHARED: ContextVar[SharedWeights | None] = ContextVar("kernelbench_shared", default=None)
+
+
+@contextmanager
+def sharing_weights(shared: SharedWeights | None) -> Iterator[None]:
+    """Runners built inside share prepared weights through ``shared`` (``None``: no sharing)."""
+    token = _ACTIVE_SHARED.set(shared)
+    try:
+        yield
+    finally:
+        _ACTIVE_SHARED.reset(token)
+
+
+def shared_weight(
+    tensors: tuple[torch.Tensor | None, ...], key: Hashable, build: Callable[[], T]
+) -> T:
+    """``build()``, or what it returned for the same ``tensors`` and ``key`` while the active
+    :class:`SharedWeights` lasts. ``key`` names everything else the result depends on (backend,
+    layout, quantization settings); without an active one, this is ``build()``."""
+    shared = _ACTIVE_SHARED.get()
+    return build() if shared is None else shared.get(tensors, key, build)
 
 
 @dataclass(frozen=True)
@@ -240,7 +296,12 @@ class Backend:
         mcfg = method_config(method, cfg)
         if method not in INT8_STAGE_METHODS:
             raise ValueError(f"backend {self.name!r} has no runner for method {method!r}")
-        pw = self.prepare_weight(weight, bias, mcfg, kept_rows if method == "llm_int8" else None)
+        rows = kept_rows if method == "llm_int8" else None
+        pw = shared_weight(
+            (weight, bias, rows),
+            (self.name, "prepare_weight", mcfg),
+            lambda: self.prepare_weight(weight, bias, mcfg, rows),
+        )
         qa = self.quantize(x, pw, mcfg)
         if method == "int8_raw":
             a = qa.int8

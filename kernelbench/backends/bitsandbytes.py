@@ -47,6 +47,7 @@ from kernelbench.backends.base import (
     Availability,
     Backend,
     Runner,
+    shared_weight,
     stage_accumulator,
     torch_device_availability,
 )
@@ -179,8 +180,10 @@ class BitsandbytesBackend(Backend):
         layer = bnb.nn.Linear8bitLt(
             k, n, bias=bias is not None, has_fp16_weights=False, threshold=threshold
         )
+        cb, scb = shared_weight((weight,), (self.name, "Int8Params"), lambda: _int8_params(weight))
+        # a layer holding quantized parameters, as after loading a quantized state dict
         layer.weight = bnb.nn.Int8Params(
-            weight.detach().cpu().clone(), requires_grad=False, has_fp16_weights=False
+            cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=scb
         )
         if bias is not None:
             layer.bias = torch.nn.Parameter(bias.detach().cpu().clone(), requires_grad=False)
@@ -244,6 +247,17 @@ class BitsandbytesBackend(Backend):
             )
         r.variant = variant
         return r
+
+
+def _int8_params(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(CB, SCB) of ``weight`` quantized as ``Linear8bitLt`` users do: 16-bit ``Int8Params``
+    moved to the device (the move quantizes)."""
+    param = (
+        _bnb()
+        .nn.Int8Params(weight.detach().cpu().clone(), requires_grad=False, has_fp16_weights=False)
+        .to(weight.device)
+    )
+    return param.CB, param.SCB
 
 
 BACKEND = BitsandbytesBackend()

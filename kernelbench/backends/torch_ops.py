@@ -15,6 +15,7 @@ from kernelbench.backends.base import (
     Availability,
     Backend,
     Runner,
+    shared_weight,
     sixteen_bit_dtype,
     stage_accumulator,
     torch_device_availability,
@@ -114,8 +115,12 @@ class TorchBackend(Backend):
             check_activation(x, weight)
             check_weight(weight, bias)
             dt = torch.float32 if method == "fp32" else sixteen_bit_dtype(x.device)
-            xd, wd = x.to(dt), weight.to(dt).contiguous()
-            bd = bias.to(dt) if bias is not None else None
+            xd = x.to(dt)
+            wd, bd = shared_weight(
+                (weight, bias),
+                (self.name, "cast", dt),
+                lambda: (weight.to(dt).contiguous(), bias.to(dt) if bias is not None else None),
+            )
             nbytes = wd.numel() * wd.element_size() + (
                 bd.numel() * bd.element_size() if bd is not None else 0
             )
@@ -131,7 +136,9 @@ class TorchBackend(Backend):
         check_activation(x, weight)
         check_weight(weight, bias)
         scheme = quant.quantize_rowwise if per_row else quant.quantize_tensorwise
-        wq, w_amax = scheme(weight)
+        wq, w_amax = shared_weight(
+            (weight,), (self.name, "rowwise" if per_row else "tensorwise"), lambda: scheme(weight)
+        )
         n = weight.shape[0]
         w_amax = w_amax.expand(n).contiguous() if not per_row else w_amax
 

@@ -33,6 +33,7 @@ from kernelbench.backends.base import (
     Availability,
     Backend,
     Runner,
+    shared_weight,
     torch_device_availability,
 )
 from kernelbench.checks import check_activation, check_weight
@@ -127,7 +128,11 @@ class TorchaoBackend(Backend):
         reason = _smoke_test()
         if reason:
             raise RuntimeError(reason)
-        lin = quantized_linear(weight, bias, set_inductor_config=self.compile)
+        lin = shared_weight(
+            (weight, bias),
+            (self.name, "quantized_linear", self.compile),
+            lambda: quantized_linear(weight, bias, set_inductor_config=self.compile),
+        )
         fn = lin
         compile_seconds = None
         if self.compile:
