@@ -30,7 +30,7 @@ from types import MappingProxyType
 import torch
 
 from kernelbench.statistics import median_interval, rel_halfwidth, stats
-from kernelbench.timing import CallTimer, Clock, call_timer
+from kernelbench.timing import CallTimer, Clock, call_timer, freed_memory_reused
 
 Call = Callable[[], object]
 
@@ -216,15 +216,25 @@ class MeasurementEngine:
         stage_settings: TimerSettings,
         clock: Clock = time.perf_counter,
         timer: CallTimer | None = None,
+        reuse_memory: bool | None = None,
     ) -> None:
+        """``reuse_memory``: time CPU calls under :func:`freed_memory_reused` (default: on the
+        CPU)."""
         self.settings, self.stage_settings = settings, stage_settings
         self.clock = clock
         self.timer = timer or call_timer(device, clock)
+        if reuse_memory is None:
+            reuse_memory = torch.device(device).type == "cpu"
+        self.reuse_memory = reuse_memory
+
+    def _memory(self):
+        return freed_memory_reused(self.reuse_memory)
 
     def first_call(self, call: Call) -> tuple[object, float]:
         """The row's first call (its output is checked for accuracy): result and seconds. It
         counts as warm-up, so a 40-second call is not run twice before its first sample."""
-        return self.timer.seconds(call)
+        with self._memory():
+            return self.timer.seconds(call)
 
     def _warm_up(self, call: Call, warmed_s: float, warmup_s: float) -> None:
         start = self.clock() - warmed_s
@@ -232,7 +242,12 @@ class MeasurementEngine:
             call()
             self.timer.sync()
 
-    def measure_cell(
+    def measure_cell(self, calls: Mapping[Hashable, Call], *args, **kwargs) -> CellMeasurement:
+        """:meth:`_measure_cell` with CPU memory reused while timing (see the constructor)."""
+        with self._memory():
+            return self._measure_cell(calls, *args, **kwargs)
+
+    def _measure_cell(
         self,
         calls: Mapping[Hashable, Call],
         baseline: Call | None = None,
@@ -372,9 +387,10 @@ class MeasurementEngine:
     ) -> Mapping[str, float]:
         """Median ms of each stage not in ``known_ms``, each timed on its own."""
         stage_ms = dict(known_ms or {})
-        for name, fn in stages.items():
-            if name not in stage_ms:
-                stage_ms[name] = self.time_alone(fn, self.stage_settings)
+        with self._memory():
+            for name, fn in stages.items():
+                if name not in stage_ms:
+                    stage_ms[name] = self.time_alone(fn, self.stage_settings)
         return MappingProxyType(stage_ms)
 
     def time_alone(self, call: Call, settings: TimerSettings) -> float:

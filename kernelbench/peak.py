@@ -145,8 +145,9 @@ def measure_peak(device: torch.device) -> dict:
         "device_class": dclass,
     }
     if device.type == "cpu":
+        fresh = MeasurementEngine(device, _SETTINGS, _SETTINGS, reuse_memory=False)
         peak["first_touch"] = {
-            "gbs": _first_touch_gbs(engine),
+            "gbs": _first_touch_gbs(fresh),
             "source": "measured",
             "note": f"median allocate + first write of {FIRST_TOUCH_BYTES >> 20} MiB, {when}",
             "device_class": dclass,

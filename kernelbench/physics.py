@@ -4,9 +4,11 @@
   strictly more arithmetic than the one before (:data:`kernelbench.core.WORK_ORDER`). A method
   whose speedup interval lies wholly above that of a method doing less work was measured faster
   than physics allows: both rows are ``suspect``, with the reason. One allowance: ``int8_raw``
-  writes an int32 output, twice the bytes of a 16-bit one, into memory the call allocates fresh;
-  it may be slower by the time of first-touching those extra bytes at the device's measured
-  ``first_touch`` rate (on a 2-core VM, 168 MB of int32 output took 108 ms of a 1-second call).
+  writes an int32 output, twice the bytes of a 16-bit one; it may be slower by the time of
+  writing those extra bytes: at the device's memory ``bandwidth`` when the run timed its CPU
+  calls with freed memory reused (``cpu_memory_while_timing`` in env.json), else at its
+  measured ``first_touch`` rate, into memory the call allocates fresh (on a 2-core VM, 168 MB of
+  int32 output took 108 ms of a 1-second call that way).
 * Roofline: each row's attainable throughput is its precision's compute peak, or the memory
   bandwidth times its arithmetic intensity (its declared flops over bytes), whichever is lower.
   A row whose throughput, even at the slow end of its time's interval, is above that bound is
@@ -76,18 +78,23 @@ def _interval_text(row: ResultRow) -> str:
     return f"{row.speedup:.2f} [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}]"
 
 
-def output_allowance(less: ResultRow, more: ResultRow, peak: dict[str, dict]) -> float:
+def output_allowance(
+    less: ResultRow, more: ResultRow, peak: dict[str, dict], outputs_reused: bool = False
+) -> float:
     """Relative slowdown ``less`` may show over ``more`` from its larger output alone: the extra
-    bytes first-touched at the measured ``first_touch`` rate, over ``less``'s time (0 without
-    that rate or without extra bytes)."""
-    rate = peak.get("first_touch", {}).get("gbs")
+    bytes written at the measured ``bandwidth`` (``outputs_reused``: calls write into memory
+    freed by earlier calls) or first-touched at the ``first_touch`` rate (fresh memory), over
+    ``less``'s time (0 without that rate or without extra bytes)."""
+    rate = peak.get("bandwidth" if outputs_reused else "first_touch", {}).get("gbs")
     extra = output_bytes(less.method, less.m, less.n) - output_bytes(more.method, more.m, more.n)
     if not rate or extra <= 0 or not less.median_ms:
         return 0.0
     return extra / (rate * 1e9) / (less.median_ms / 1e3)
 
 
-def check_ordering(rows: Iterable[ResultRow], peak: dict[str, dict] | None = None) -> None:
+def check_ordering(
+    rows: Iterable[ResultRow], peak: dict[str, dict] | None = None, outputs_reused: bool = False
+) -> None:
     """Flag rows of one backend and cell whose speedups contradict :data:`WORK_ORDER` (beyond
     their intervals and the larger output's :func:`output_allowance`)."""
     groups: dict[tuple, dict[str, ResultRow]] = {}
@@ -100,7 +107,7 @@ def check_ordering(rows: Iterable[ResultRow], peak: dict[str, dict] | None = Non
         for i, less in enumerate(present):
             for more in present[i + 1 :]:
                 a, b = by_method[less], by_method[more]
-                allowance = output_allowance(a, b, peak or {})
+                allowance = output_allowance(a, b, peak or {}, outputs_reused)
                 if b.speedup_lo > a.speedup_hi * (1 + allowance):
                     reason = (
                         f"ordering: {more} {_interval_text(b)} measured faster than {less} "
@@ -144,11 +151,13 @@ def check_width(rows: Iterable[ResultRow], ci_target: float) -> None:
             row.ci_wide = rel_halfwidth(row.speedup, row.speedup_lo, row.speedup_hi) > ci_target
 
 
-def annotate(rows: list[ResultRow], peak: dict[str, dict], ci_target: float) -> list[ResultRow]:
+def annotate(
+    rows: list[ResultRow], peak: dict[str, dict], ci_target: float, outputs_reused: bool = False
+) -> list[ResultRow]:
     """All checks on pooled rows (in place); returns them."""
     for row in rows:
         row.suspect, row.suspect_reason, row.ci_wide = False, "", False
     check_width(rows, ci_target)
-    check_ordering(rows, peak)
+    check_ordering(rows, peak, outputs_reused)
     check_roofline(rows, peak)
     return rows

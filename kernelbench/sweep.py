@@ -218,6 +218,10 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         quant=asdict(opts.cfg),
         profile=req.profile.name,
     )
+    if opts.device != "cuda":
+        from kernelbench.timing import allocator_note
+
+        env["cpu_memory_while_timing"] = allocator_note()
     env[SETTINGS_KEY] = settings
     if old_env.get("started_at"):
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]

@@ -30,7 +30,8 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
     pooled = pool_rows(rows)
     for dclass in {r.device_class for r in pooled}:
         of_class = [r for r in pooled if r.device_class == dclass]
-        annotate(of_class, peaks(env, dclass), ci_target(env))
+        reused = bool(env.get("cpu_memory_while_timing"))
+        annotate(of_class, peaks(env, dclass), ci_target(env), reused)
     return pooled + block_rows(pooled)
 
 

@@ -63,6 +63,25 @@ gate_speed() {  # 0: our kernels are not slower; 1: slower rows; 2: unusable inp
 }
 
 sweep 1 "$rounds"
+# Errors are deterministic only for the same inputs: a baseline drawn from other inputs (other
+# seeds, after a change to how cases draw them) cannot gate; it must be made again on its class.
+if ! python3 - "$base" "$out/merged" <<'PY'
+import json, sys
+from pathlib import Path
+def seeds(run):
+    rows = (json.loads(line) for line in (Path(run) / "results.jsonl").read_text().splitlines() if line.strip())
+    return {(r["case"], r["d_model"], r["layer"], r["tokens"]): r["seed"] for r in rows}
+base, new = seeds(sys.argv[1]), seeds(sys.argv[2])
+stale = sorted(k for k in base.keys() & new.keys() if base[k] != new[k])
+if stale:
+    print(f"the baseline's inputs differ from this checkout's in {len(stale)} cells, e.g. {stale[0]}")
+    sys.exit(1)
+PY
+then
+  echo "GATE SKIPPED: the committed baseline ($base) was drawn from other inputs; make it again"
+  echo "on this machine class (10 x 'kernelbench run --quick', merge, 'kernelbench baseline update')"
+  exit 0
+fi
 echo "gating $out/merged ($rounds rounds) against $base"
 
 echo "== every row: error gate strict, speed advisory outside backend custom"

@@ -268,3 +268,54 @@ def test_a_raising_output_hook_fails_its_row_only():
     )
     assert cell.failed == {"bad": "ValueError: output has NaN"}
     assert len(cell.rows["good"].row_ms) == 2
+
+
+def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
+    from kernelbench import timing
+
+    class FakeLibc:
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+
+        def mallopt(self, param, value):
+            self.calls.append(("mallopt", param, value))
+            return 1
+
+        def malloc_trim(self, pad):
+            self.calls.append(("trim", pad))
+            return 1
+
+    libc = FakeLibc()
+    monkeypatch.setattr(timing, "_LIBC", libc)
+    with timing.freed_memory_reused(), timing.freed_memory_reused():  # nested: set once
+        assert libc.calls == [
+            ("mallopt", timing._M_MMAP_MAX, 0),
+            ("mallopt", timing._M_TRIM_THRESHOLD, timing._NEVER_TRIM),
+        ]
+    assert libc.calls[2:] == [
+        ("mallopt", timing._M_MMAP_MAX, timing._DEFAULT_MMAP_MAX),
+        ("mallopt", timing._M_TRIM_THRESHOLD, timing._DEFAULT_TRIM_THRESHOLD),
+        ("trim", 0),
+    ]
+    libc.calls.clear()
+    with timing.freed_memory_reused(enabled=False):
+        pass
+    assert libc.calls == []
+    # the engine times CPU calls so (cycles, first calls, stages), and not where told not to
+    machine = FakeMachine()
+    e = engine(machine, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, target_ci=-1.0)
+    e.measure_cell({"a": machine.call(1.0)}, baseline=machine.call(2.0))
+    e.first_call(machine.call(1.0))
+    e.time_stages({"s": machine.call(1.0)})
+    assert [c for c in libc.calls if c[0] == "trim"] == [("trim", 0)] * 3
+    libc.calls.clear()
+    quiet = MeasurementEngine(
+        "cpu",
+        TimerSettings(),
+        TimerSettings(),
+        clock=machine.clock,
+        timer=CallTimer(machine.clock),
+        reuse_memory=False,
+    )
+    quiet.first_call(machine.call(1.0))
+    assert libc.calls == []

@@ -97,6 +97,19 @@ def test_int8_raw_may_trail_by_first_touching_its_larger_output_and_no_more():
         and "for its larger output" in flagged["int8_raw"].suspect_reason
     )
     assert by_method(pooled_rows(within, {"ci_target": 0.05}))["int8_raw"].suspect  # no rate
+    # calls timed with freed memory reused: the extra bytes cost only their writing (here at
+    # ten times the first-touch rate: 10%)
+    reused = {
+        "ci_target": 0.05,
+        "cpu_memory_while_timing": "glibc malloc while timing: ...",
+        "peak": {
+            "first_touch": {"gbs": rate, "source": "measured"},
+            "bandwidth": {"gbs": 10 * rate, "source": "measured"},
+        },
+    }
+    assert by_method(pooled_rows(within, reused))["int8_raw"].suspect
+    near = [baseline(), row("int8_raw", [2.0] * 10), row("vectorwise", [2.15] * 10)]
+    assert not any(r.suspect for r in pooled_rows(near, reused))
 
 
 def test_rooflines_from_measured_peaks():
