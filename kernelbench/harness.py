@@ -83,7 +83,7 @@ class RunOptions:
     ci_target: float = 0.05
     extra_rounds: int = 2
     #: Estimated seconds each extra round may take (cheapest uncertain cells first).
-    extra_round_budget_s: float = 90.0
+    extra_round_budget_s: float = 45.0
     #: Memory (bytes) a local run may keep cells' inputs and runners in between rounds, so that
     #: a later round does not quantize the weights again; ``None``: a share of physical memory
     #: (:func:`kernelbench.prepared.default_limit_bytes`), 0: keep nothing.

@@ -148,6 +148,28 @@ def quantize_rowwise(t: torch.Tensor, compute_dtype=torch.float32):
     return quantize_absmax(t, amax[:, None], compute_dtype), amax
 
 
+def quantize_offline(t: torch.Tensor, per_row: bool, compute_dtype=torch.float32):
+    """:func:`quantize_rowwise` (``per_row``) or :func:`quantize_tensorwise` of a 2-D weight,
+    computed in row blocks of about ``WEIGHT_BLOCK_ELEMENTS``: the same codes and scales,
+    without full-size float temporaries (at 175B shapes, gigabytes each)."""
+    n, k = t.shape
+    step = max(1, WEIGHT_BLOCK_ELEMENTS // max(k, 1))
+    blocks = range(0, n, step)
+    if per_row:
+        amax = torch.empty(n, dtype=compute_dtype, device=t.device)
+        for lo in blocks:
+            amax[lo : lo + step] = absmax(t[lo : lo + step], 1, compute_dtype)
+    else:
+        amax = torch.zeros((), dtype=compute_dtype, device=t.device)
+        for lo in blocks:
+            amax = torch.maximum(amax, absmax(t[lo : lo + step], None, compute_dtype))
+    q = torch.empty((n, k), dtype=torch.int8, device=t.device)
+    for lo in blocks:
+        scale = amax[lo : lo + step, None] if per_row else amax
+        q[lo : lo + step] = quantize_absmax(t[lo : lo + step], scale, compute_dtype)
+    return q, amax
+
+
 def scale_is_safe(amax: torch.Tensor) -> torch.Tensor:
     """Absmax values whose float32 dequantization cannot underflow or overflow in between."""
     return (amax == 0) | ((amax >= SCALE_SAFE[0]) & (amax <= SCALE_SAFE[1]))

@@ -313,3 +313,19 @@ def test_quant_config_validation():
         QuantConfig(outlier_weights="fp8")
     with pytest.raises(ValueError, match="alpha"):
         QuantConfig(alpha=float("nan"))
+
+
+@pytest.mark.parametrize("per_row", [True, False])
+def test_offline_quantization_in_blocks_matches_the_one_pass_schemes(per_row, monkeypatch):
+    from kernelbench import quant
+
+    monkeypatch.setattr(quant, "WEIGHT_BLOCK_ELEMENTS", 64)  # many blocks, one partial
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(37, 24, generator=gen).to(torch.bfloat16)
+    w[3] = 0.0  # a zero row
+    w[5] *= 1e-38  # a row below float32's reciprocal range
+    w[9, 4] = -500.0  # the tensor's absmax
+    scheme = quant.quantize_rowwise if per_row else quant.quantize_tensorwise
+    want_q, want_amax = scheme(w)
+    got_q, got_amax = quant.quantize_offline(w, per_row)
+    assert torch.equal(got_q, want_q) and torch.equal(got_amax, want_amax)

@@ -137,7 +137,9 @@ class TorchBackend(Backend):
         check_weight(weight, bias)
         scheme = quant.quantize_rowwise if per_row else quant.quantize_tensorwise
         wq, w_amax = shared_weight(
-            (weight,), (self.name, "rowwise" if per_row else "tensorwise"), lambda: scheme(weight)
+            (weight,),
+            (self.name, "rowwise" if per_row else "tensorwise"),
+            lambda: quant.quantize_offline(weight, per_row),
         )
         n = weight.shape[0]
         w_amax = w_amax.expand(n).contiguous() if not per_row else w_amax
