@@ -274,12 +274,19 @@ def measure_cell(
         prepared.release_layer(unless=layer_key)
         prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
     in_use = resident_bytes(device)
-    layer = _layer(item, case, opts, dtype, device, activations, prepared, layer_key)
+    layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
+
+    def layer() -> PreparedLayer:
+        if not layers:
+            held = _layer(item, case, opts, dtype, device, activations, prepared, layer_key)
+            layers.append(held)
+        return layers[0]
+
     if kept is None:
         inputs = make_inputs(
-            case, item.size, item.layer, m, item.dist, dtype, device, activations, layer.inputs
+            case, item.size, item.layer, m, item.dist, dtype, device, activations, layer().inputs
         )
-        kept = PreparedCell(inputs, layer.kept_rows)
+        kept = PreparedCell(inputs, layer().kept_rows)
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
@@ -310,7 +317,10 @@ def measure_cell(
             warm_s = _warm_enough(item, (backend_name, method), flops, estimator, built, opts)
             setup = (opts, engine, check, kept_rows, device)
             backend = all_backends()[backend_name]
-            with sharing_weights(layer.shared if layer.inputs.weight is inputs.weight else None):
+            shared = None
+            if built is None and layer().inputs.weight is inputs.weight:
+                shared = layer().shared  # runners built on these weights share what they prepare
+            with sharing_weights(shared):
                 one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
             if check is not None:
                 _time_stages(one, engine, cell)
@@ -328,6 +338,7 @@ def measure_cell(
             if prepared is not None and p.key not in kept.runners and p.key != FP32:
                 kept.runners[p.key] = p.runner
     del ready, measured, check
+    layers.clear()
     if prepared is not None:
         now = resident_bytes(device)
         grown = now - in_use if now is not None and in_use is not None else 0

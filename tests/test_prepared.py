@@ -82,16 +82,27 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
         "first_call",
         lambda self, call: (first_calls.append(call), real_first(self, call))[1],
     )
+    from kernelbench import harness
+
+    draws: list[object] = []
+    real_draw = harness.layer_inputs
+    monkeypatch.setattr(
+        harness, "layer_inputs", lambda *a, **k: draws.append(1) or real_draw(*a, **k)
+    )
     first, later = plan(case, opts)
     for limit, built_again in ((1 << 40, 0), (0, 5)):
         cache, estimator = PreparedCells(limit), CallEstimator()
         list(measure_cell(first, case, opts, estimator, prepared=cache))
-        assert len(builds) == len(first_calls) == 5
+        assert len(builds) == len(first_calls) == 5 and len(draws) == 1
         builds.clear()
         first_calls.clear()
+        draws.clear()
         rows = list(measure_cell(later, case, opts, estimator, prepared=cache))
-        # a kept runner has had its first call; a rebuilt one (milliseconds long) gets one
+        # a kept runner has had its first call; a rebuilt one (milliseconds long) gets one;
+        # a kept cell draws no inputs
         assert len(builds) == len(first_calls) == built_again
+        assert len(draws) == (1 if built_again else 0)
+        draws.clear()
         first_calls.clear()
         measured = [r for r in rows if r.status != "skipped"]
         assert len(measured) == 5 and all(r.status == "ok" and r.samples >= 1 for r in measured)
