@@ -70,7 +70,7 @@ class RunOptions:
     cfg: QuantConfig = field(default_factory=QuantConfig)
     timer: TimerSettings = field(default_factory=TimerSettings)
     stage_timer: TimerSettings = field(
-        default_factory=lambda: TimerSettings(budget_s=0.3, warmup_s=0.0, min_samples=1)
+        default_factory=lambda: TimerSettings(budget_s=0.1, warmup_s=0.0, min_samples=1)
     )
     max_call_s: float = 30.0
     error_rows: int = 512
@@ -293,6 +293,7 @@ def measure_cell(
     cell = _Cell(baseline_error=None)
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     ready: list[_Prepared] = []  # built, waiting for the cycles
+    reused_layer: bool | None = None
     measured: list[_Prepared] = []
     rows: list[ResultRow] = []  # in measuring order, filled in place
     reserve = RESERVE_PER_WEIGHT_BYTE * k * n * dtype.itemsize + RESERVE_BYTES
@@ -320,6 +321,8 @@ def measure_cell(
             shared = None
             if built is None and layer().inputs.weight is inputs.weight:
                 shared = layer().shared  # runners built on these weights share what they prepare
+                if reused_layer is None:  # earlier cells of the layer prepared its weights
+                    reused_layer = len(shared) > 0
             with sharing_weights(shared):
                 one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
             if check is not None:
@@ -342,9 +345,11 @@ def measure_cell(
     if prepared is not None:
         now = resident_bytes(device)
         grown = now - in_use if now is not None and in_use is not None else 0
-        # at least what it declares (the allocator may have reused memory freed before)
+        # at least what it declares (the allocator may have reused memory freed before),
+        # unless its weights were prepared by an earlier cell of its layer (charged there)
         declared = sum(r.weight_bytes for r in kept.runners.values())
-        kept.nbytes = max(kept.nbytes + grown, declared + inputs.x.nbytes + inputs.weight.nbytes)
+        floor = 0 if reused_layer else declared + inputs.x.nbytes + inputs.weight.nbytes
+        kept.nbytes = max(kept.nbytes + grown, floor)
         prepared.offer(cell_key, kept)
     del kept
     for row in rows:

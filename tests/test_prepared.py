@@ -170,6 +170,9 @@ def test_the_token_counts_of_a_layer_share_its_weights_and_prepare_them_once(mon
     ]
     measured = [r for r in rows if r.status != "skipped"]
     assert all(r.status == "ok" for r in measured) and len(measured) == 12
+    # the weights are charged to the cell that prepared them, not again to the next one
+    layer_key = (768, "ffn1", "outliers")
+    assert cache.get((layer_key, 16)).nbytes < cache.get((layer_key, 8)).nbytes / 2
     assert len({r.seed for r in measured}) == 1  # one layer: one seed
     for r in measured:
         assert r.rel_error is not None and r.rel_error < 0.05
