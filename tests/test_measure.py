@@ -69,6 +69,10 @@ def test_stopping_rules_on_synthetic_samples():
     assert SpreadTarget(0.02).reached(quiet) and not SpreadTarget(0.02).reached(noisy)
     assert not SpreadTarget(0.02, min_samples=6).reached(quiet)
     assert IntervalTarget(0.02).reached(quiet) and not IntervalTarget(0.02).reached(noisy)
+    # judged at 5, 10, 20, 40, ... samples only (a bootstrap each time)
+    target = IntervalTarget(0.02)
+    assert [n for n in range(1, 100) if target.judged_at(n)] == [5, 10, 20, 40, 80]
+    assert not target.reached(SamplingState((10.0,) * 6, 0.06))
     rules = StoppingRules([Budget(1.0), SpreadTarget(0.02)], floor=3)
     assert not rules.done(SamplingState((10.0,) * 2, 5.0))  # the floor comes first
     assert rules.done(SamplingState((10.0,) * 3, 5.0))
