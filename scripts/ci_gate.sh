@@ -20,11 +20,13 @@
 # A speed failure is confirmed before it fails CI: ROUNDS more rounds are pooled with the first
 # ones and the gate is applied again; noise rarely repeats, a real slowdown does.
 #
-# TOLERANCE (SPEED_TOL, default 0.15): measured, not guessed. `scripts/gate_noise.py` replays
+# TOLERANCE (SPEED_TOL, default 0.30): measured, not guessed. `scripts/gate_noise.py` replays
 # this gate on every draw of disjoint baseline / first / confirming rounds from 10 quick rounds
-# of one commit. On cpu-avx512vnni-2core (the 10 rounds of the committed baseline): at 0.10,
-# 0.15, 0.20 and 0.30 no false failure in 3000 draws; +20% median_ms on one custom llm_int8
-# row caught in all 9000 cases at 0.10, +50% at 0.15-0.30. 0.15 leaves room for a noisier day.
+# of one commit. On cpu-avx512vnni-2core (the 10 rounds of the committed baseline, quiet): at
+# 0.10, 0.15, 0.20 and 0.30 no false failure in 3000 draws; +20% median_ms on one custom
+# llm_int8 row caught in all 9000 cases at 0.10, +50% at 0.15-0.30. But a fresh-clone CI run
+# on a machine also running two pytest jobs read custom llm_int8 at d=768 22% slower, confirmed:
+# 0.15 failed unchanged code there, 0.30 would not have. CI machines are shared: 0.30.
 # The numbers and the command: docs/benchmarks.md ("The gate in this project's CI").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +35,7 @@ KERNELBENCH_GIT_COMMIT="${KERNELBENCH_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/nu
 export KERNELBENCH_GIT_COMMIT
 out="${1:-$(mktemp -d)/gate}"
 rounds="${KB_GATE_ROUNDS:-3}"
-speed_tol="${KB_GATE_SPEED_TOL:-0.15}"
+speed_tol="${KB_GATE_SPEED_TOL:-0.30}"
 mkdir -p "$out"
 
 if ! base=$(kernelbench baseline path --device cpu 2>/dev/null); then
