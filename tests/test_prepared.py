@@ -30,6 +30,19 @@ def tiny_opts(methods: tuple[str, ...], rounds: int) -> RunOptions:
     )
 
 
+def _recorded_calls(monkeypatch, owner, name: str) -> list[tuple]:
+    """Calls of ``owner.name`` (still made) from now on, each as its positional arguments."""
+    calls: list[tuple] = []
+    real = getattr(owner, name)
+
+    def recording(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recording)
+    return calls
+
+
 def cell(nbytes: int) -> PreparedCell:
     t = torch.ones(1)
     return PreparedCell(CellInputs(t, t, t, seed=1, planted_outliers=0), t, nbytes=nbytes)
@@ -75,20 +88,10 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
             return _real(self, method, *a, **kw)
 
         monkeypatch.setattr(type(backends[name]), "runner", counting)
-    first_calls: list[object] = []
-    real_first = MeasurementEngine.first_call
-    monkeypatch.setattr(
-        MeasurementEngine,
-        "first_call",
-        lambda self, call: (first_calls.append(call), real_first(self, call))[1],
-    )
+    first_calls = _recorded_calls(monkeypatch, MeasurementEngine, "first_call")
     from kernelbench import harness
 
-    draws: list[object] = []
-    real_draw = harness.layer_inputs
-    monkeypatch.setattr(
-        harness, "layer_inputs", lambda *a, **k: draws.append(1) or real_draw(*a, **k)
-    )
+    draws = _recorded_calls(monkeypatch, harness, "layer_inputs")
     first, later = plan(case, opts)
     for limit, built_again in ((1 << 40, 0), (0, 5)):
         cache, estimator = PreparedCells(limit), CallEstimator()
@@ -189,13 +192,7 @@ def test_a_long_row_is_checked_on_its_first_call_in_the_cycles(monkeypatch):
     case = load_case("gpt3")
     opts = tiny_opts(("fp16", "int8_raw", "llm_int8"), 1)
     (item,) = plan(case, opts)
-    first_calls: list[object] = []
-    real_first = MeasurementEngine.first_call
-    monkeypatch.setattr(
-        MeasurementEngine,
-        "first_call",
-        lambda self, call: (first_calls.append(call), real_first(self, call))[1],
-    )
+    first_calls = _recorded_calls(monkeypatch, MeasurementEngine, "first_call")
     checked = [r for r in measure_cell(item, case, opts, CallEstimator()) if r.status == "ok"]
     assert len(first_calls) == 5
     first_calls.clear()
