@@ -234,7 +234,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         from kernelbench.peak import cached_peak, cached_peak_exists
 
         if not cached_peak_exists(prep.device):
-            console.print("measuring this device's peaks once (kernelbench peak), ~30 s ...")
+            console.print("measuring this device's peaks once (kernelbench peak), 1-2 min ...")
         env["peak"] = {**env.get("peak", {}), **cached_peak(prep.device)}
     prep.env.update(env)
     (req.out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")

@@ -16,7 +16,27 @@ from kernelbench.backends.base import Numerics
 from kernelbench.cases import load_case
 from kernelbench.contract import oracle_tolerance, outlier_activations, randn
 from kernelbench.core import SkipKind, work_bytes, work_flops
+from kernelbench.env import device_class
+from kernelbench.peak import cache_path
 from kernelbench.results import ResultRow
+
+# --- the device's peaks ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_peak_measurement(tmp_path_factory):
+    """A run in a test must not measure this machine's peaks (``kernelbench peak`` takes
+    minutes on some CPUs, and its figures depend on the machine): the tests use a cache of their
+    own that knows no peak for the CPU, so their runs have no rooflines. Tests of rooflines
+    give their peaks explicitly."""
+    root = tmp_path_factory.mktemp("kernelbench-cache")
+    path = cache_path(device_class(torch.device("cpu")), root)
+    path.parent.mkdir(parents=True)
+    path.write_text("{}", encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERNELBENCH_CACHE", str(root))
+        yield
+
 
 # --- random inputs -------------------------------------------------------------------------
 

@@ -157,3 +157,29 @@ def test_wide_intervals_are_flagged_and_get_an_extra_round():
     # a budget for the extra round: a cell that would not fit is left out
     assert followup_items(rows, env, items, 2, budget_s=1e-6) == []
     assert followup_items(rows, env, items, 2, budget_s=100.0) == [extra]
+
+
+def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
+    """A series is tried smallest shape first; once its rate is known, a shape whose call would
+    exceed PEAK_MAX_CALL_S is not called (torch's bf16 GEMM on an AVX2 CPU: ~17 GFLOP/s)."""
+    from kernelbench import peak
+
+    rate_flops = 17e9
+    called = []
+    monkeypatch.setattr(peak, "_best_s", lambda engine, call: call())
+
+    def make_call(m, k, n):
+        called.append((m, k, n))
+        return lambda: work_flops(m, k, n) / rate_flops
+
+    tops, how = peak._best_of_shapes(None, make_call, "slow")
+    assert tops == pytest.approx(rate_flops / 1e12)
+    smallest = min(peak.PEAK_SHAPES, key=lambda s: work_flops(*s))
+    assert called[0] == smallest
+    assert all(work_flops(*s) / rate_flops <= peak.PEAK_MAX_CALL_S for s in called[1:])
+    assert len(called) < len(peak.PEAK_SHAPES) and "not tried" in how
+    # a fast series tries every shape
+    called.clear()
+    rate_flops = 1e15
+    peak._best_of_shapes(None, make_call, "fast")
+    assert sorted(called) == sorted(peak.PEAK_SHAPES)
