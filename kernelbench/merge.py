@@ -13,7 +13,9 @@ what :mod:`kernelbench.compare` needs for its noise band.
 
 Per key (:data:`~kernelbench.results.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` are concatenated and
 the statistics recomputed with each round weighing the same (a round whose calls converged after 5
-samples counts as much as one that took 45); stage times are the median of the rounds' stage times;
+samples counts as much as one that took 45); the speedup's interval resamples rounds, then pairs
+within them (:func:`~kernelbench.statistics.rounds_median_interval`), so that it covers the drift
+between rounds; stage times are the median of the rounds' stage times;
 ``baseline_ms``, ``speedup`` and ``tops`` are recomputed from the pooled medians
 of the same cell, except that a paired row (timed in cycles with its baseline,
 :mod:`kernelbench.measure`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
@@ -39,7 +41,12 @@ from kernelbench.results import (
     read_rows,
     results_path,
 )
-from kernelbench.statistics import median_interval, round_weights, stats, weighted_quantile
+from kernelbench.statistics import (
+    round_weights,
+    rounds_median_interval,
+    stats,
+    weighted_quantile,
+)
 
 _ROW_FIELDS = {f.name for f in fields(ResultRow)}
 _PAIR = (KEY_COLUMNS.index("backend"), KEY_COLUMNS.index("method"))
@@ -91,14 +98,16 @@ def _pool(rows: list[dict]) -> ResultRow:
     if row.paired:
         row.baseline_raw_ms, _ = round_weights([r["baseline_raw_ms"] for r in ok])
         row.baseline_ms = weighted_quantile(row.baseline_raw_ms, weights, 0.5)
-        ratios = [b / t for b, t in zip(row.baseline_raw_ms, row.raw_ms, strict=True)]
-        rs = stats(ratios, weights)
+        per_round = [
+            [b / t for b, t in zip(r["baseline_raw_ms"], r["raw_ms"], strict=True)] for r in ok
+        ]
+        rs = stats([q for ratios in per_round for q in ratios], weights)
         row.speedup = row.paired_speedup = rs.median_ms
         row.paired_rel_spread = rs.rel_spread
         stored = (ok[0].get("speedup_lo"), ok[0].get("speedup_hi"))
         if len(ok) == 1 and None not in stored:  # one round: its interval as measured
             row.speedup_lo, row.speedup_hi = stored
-        elif (interval := median_interval(ratios, weights)) is not None:
+        elif (interval := rounds_median_interval(per_round)) is not None:
             row.speedup_lo, row.speedup_hi = interval
     elif (row.backend, row.method) == BASELINE:
         row.baseline_ms, row.speedup = row.median_ms, 1.0

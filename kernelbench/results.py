@@ -71,7 +71,8 @@ class ResultRow:
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)
     # (when `paired`: its median in this row's pairs; otherwise the cell's baseline row)
     speedup: float | None = None  # median of the pairs' baseline / row ratios (paired rows)
-    # 95% bootstrap confidence interval of ``speedup`` (over the pairs; None: fewer than 2 pairs)
+    # 95% bootstrap confidence interval of ``speedup`` (over the pairs, and over the rounds of a
+    # pooled row; None: fewer than 2 pairs)
     speedup_lo: float | None = None
     speedup_hi: float | None = None
     # paired timing (measure.py): each of the row's calls is paired with the 16-bit baseline
