@@ -177,8 +177,10 @@ class BitsandbytesBackend(Backend):
         """``Linear8bitLt`` as its users build it: 16-bit weights in, quantized on ``.to``."""
         bnb = _bnb()
         n, k = weight.shape
+        # on the meta device: every parameter is replaced below, and initialising them (kaiming
+        # uniform over k x n) took 6 s per layer at 175B shapes on a 2-core CPU
         layer = bnb.nn.Linear8bitLt(
-            k, n, bias=bias is not None, has_fp16_weights=False, threshold=threshold
+            k, n, bias=bias is not None, has_fp16_weights=False, threshold=threshold, device="meta"
         )
         cb, scb = shared_weight((weight,), (self.name, "Int8Params"), lambda: _int8_params(weight))
         # a layer holding quantized parameters, as after loading a quantized state dict

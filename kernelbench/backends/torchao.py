@@ -77,12 +77,12 @@ def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, set_induct
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
     n, k = weight.shape
-    lin = torch.nn.Linear(k, n, bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        lin.weight.copy_(weight)
-        if bias is not None:
-            lin.bias.copy_(bias)
-    lin.requires_grad_(False)
+    # on the meta device, then given copies of weight and bias: initialising the parameters
+    # (kaiming uniform over k x n) took 6 s per layer at 175B shapes on a 2-core CPU
+    lin = torch.nn.Linear(k, n, bias=bias is not None, device="meta", dtype=weight.dtype)
+    lin.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+    if bias is not None:
+        lin.bias = torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
     quantize_(lin, Int8DynamicActivationInt8WeightConfig(set_inductor_config=set_inductor_config))
     return lin.eval()
 
