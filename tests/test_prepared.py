@@ -159,6 +159,9 @@ def test_the_token_counts_of_a_layer_share_its_weights_and_prepare_them_once(mon
     case = load_case("gpt3")
     opts = replace(tiny_opts(("fp16", "int8_raw", "vectorwise", "llm_int8"), 1), tokens=(8, 16))
     prepares = _count_prepares(monkeypatch)
+    from kernelbench import quant
+
+    quantized = _recorded_calls(monkeypatch, quant, "prepare_weight")
     items = plan(case, opts)
     assert [(i.size.d_model, i.tokens) for i in items] == [(768, 8), (768, 16)]
     cache, estimator = PreparedCells(1 << 40), CallEstimator()
@@ -171,6 +174,8 @@ def test_the_token_counts_of_a_layer_share_its_weights_and_prepare_them_once(mon
         ("torch", False),
         ("torch", True),
     ]
+    # the reference quantization under them, once per config for both backends
+    assert len(quantized) == 2
     measured = [r for r in rows if r.status != "skipped"]
     assert all(r.status == "ok" for r in measured) and len(measured) == 12
     # the weights are charged to the cell that prepared them, not again to the next one
