@@ -261,6 +261,33 @@ def test_rows_reach_every_reader(tmp_path, row_factory):
     assert compare_runs(tmp_path, tmp_path).exit_code == 0
 
 
+@pytest.mark.parametrize("fp32_ms, warned", [(2.0, True), (20.0, False)])
+def test_tables_warn_when_fp32_beats_the_sixteen_bit_baseline(
+    tmp_path, row_factory, fp32_ms, warned
+):
+    """On CPUs without native bf16 the 16-bit baseline is emulated (torch's bf16 GEMM ran 17-20
+    GFLOP/s on an AVX2 VM, fp32 110-150): the tables say so, since every speedup over 16-bit
+    then overstates int8's gain over the fastest float path."""
+    from rich.console import Console
+
+    from kernelbench.console import print_tables
+    from kernelbench.results import ResultsWriter
+    from kernelbench.view import load_view
+
+    writer = ResultsWriter(tmp_path)
+    for row in (
+        row_factory("fp16", "torch", median_ms=10.0, baseline_ms=10.0),
+        row_factory("fp32", "torch", median_ms=fp32_ms, baseline_ms=10.0),
+        row_factory("llm_int8", "custom", median_ms=1.0, baseline_ms=10.0),
+    ):
+        writer.append(row)
+    console = Console(record=True, width=200)
+    print_tables(load_view(tmp_path), console)
+    text = console.export_text()
+    assert ("faster than the 16-bit baseline in 1 of 1 cells" in text) == warned
+    assert ("fp32 ran 5x" in text) == warned
+
+
 def test_backend_status_is_plain_data_for_env_json():
     from kernelbench.backends import backend_status
 
