@@ -14,6 +14,7 @@ from rich.table import Table
 
 from kernelbench.core import BASELINE, METHODS, PAPER_TOKENS, SkipKind
 from kernelbench.results import third_party_label
+from kernelbench.view import slow_sixteen_bit_note
 
 Formatter = Callable[[pd.Series], str]
 
@@ -178,23 +179,9 @@ def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
 
 
 def _print_slow_sixteen_bit(df: pd.DataFrame, console: Console) -> None:
-    """Says so when fp32 beat the 16-bit baseline (beyond its interval): the 16-bit GEMM is
-    emulated or unoptimised there (torch's bf16 on CPUs without native bf16), and every speedup
-    over 16-bit overstates what int8 gains over the fastest float path."""
-    if "speedup" not in df:
-        return
-    fp32 = df[(df["method"] == "fp32") & (df["status"] == "ok")]
-    low = fp32["speedup_lo"] if "speedup_lo" in fp32 else fp32["speedup"]
-    faster = fp32[low.fillna(fp32["speedup"]) > 1.0]
-    if not len(faster):
-        return
-    lo, hi = (f"{v:.2g}" for v in faster["speedup"].astype(float).agg(["min", "max"]))
-    console.print(
-        f"[yellow]fp32 ran {lo if lo == hi else f'{lo}-{hi}'}x faster than the 16-bit "
-        f"baseline in {len(faster)} of {len(fp32)} cells: the 16-bit GEMM is emulated or "
-        "unoptimised here, so speedups over 16-bit overstate int8's gain over the fastest "
-        "float path (compare with the fp32 row).[/yellow]"
-    )
+    note = slow_sixteen_bit_note(df)
+    if note:
+        console.print(f"[yellow]{escape(note)}[/yellow]")
 
 
 def _print_suspects(df: pd.DataFrame, console: Console) -> None:

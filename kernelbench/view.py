@@ -98,3 +98,23 @@ def block_rows(rows: list[ResultRow]) -> list[ResultRow]:
         row.ci_wide = any(r.ci_wide for r in group)
         out.append(row)
     return out
+
+
+def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
+    """A warning when fp32 beat the 16-bit baseline (beyond its interval) in some cell: the
+    16-bit GEMM is emulated or unoptimised there (torch's bf16 on CPUs without native bf16),
+    and every speedup over 16-bit overstates what int8 gains over the fastest float path."""
+    if "speedup" not in df or "method" not in df:
+        return None
+    fp32 = df[(df["method"] == "fp32") & (df["status"] == "ok")]
+    low = fp32["speedup_lo"] if "speedup_lo" in fp32 else fp32["speedup"]
+    faster = fp32[low.fillna(fp32["speedup"]) > 1.0]
+    if not len(faster):
+        return None
+    lo, hi = (f"{v:.2g}" for v in faster["speedup"].astype(float).agg(["min", "max"]))
+    return (
+        f"fp32 ran {lo if lo == hi else f'{lo}-{hi}'}x faster than the 16-bit baseline in "
+        f"{len(faster)} of {len(fp32)} cells: the 16-bit GEMM is emulated or unoptimised here, "
+        "so speedups over 16-bit overstate int8's gain over the fastest float path (compare "
+        "with the fp32 row)."
+    )

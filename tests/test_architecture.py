@@ -286,6 +286,9 @@ def test_tables_warn_when_fp32_beats_the_sixteen_bit_baseline(
     text = console.export_text()
     assert ("faster than the 16-bit baseline in 1 of 1 cells" in text) == warned
     assert ("fp32 ran 5x" in text) == warned
+    from kernelbench.report import write_report
+
+    assert ("fp32 ran 5x" in write_report([tmp_path]).read_text()) == warned
 
 
 def test_backend_status_is_plain_data_for_env_json():

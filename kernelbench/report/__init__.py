@@ -21,6 +21,7 @@ import jinja2
 from kernelbench import __version__
 from kernelbench.report import data, plots, tables
 from kernelbench.results import KEY_COLUMNS
+from kernelbench.view import slow_sixteen_bit_note
 
 __all__ = ["write_report", "render_report"]
 
@@ -124,6 +125,7 @@ def _single(run: data.Run) -> dict:
                 "memory": tables.memory_grid(cell),
                 "errors": tables.error_grids(cell),
                 "suspects": tables.suspect_rows(ok),
+                "sixteen_bit_note": slow_sixteen_bit_note(ok),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
                 "figures": [f for f in figures if f is not None],
             }
