@@ -73,23 +73,8 @@ def round_weights(per_round: Sequence[Sequence[float]]) -> tuple[list[float], li
     return values, weights
 
 
-def _weighted_draws(w: np.ndarray, shape: tuple[int, int], rng) -> np.ndarray:
-    """Indices drawn with probability proportional to ``w``: a group of equal weights first (a
-    pooled row's weights are one value per round), then an index within it. The same
-    distribution as ``rng.choice(p=w / w.sum())``, without its search over every sample (a
-    pooled row has a thousand)."""
-    order = np.argsort(w, kind="stable")
-    values, start, count = np.unique(w[order], return_index=True, return_counts=True)
-    mass = np.cumsum(values * count)
-    group = np.searchsorted(mass / mass[-1], rng.random(shape), side="right")
-    group = np.minimum(group, values.size - 1)
-    within = np.minimum((rng.random(shape) * count[group]).astype(np.int64), count[group] - 1)
-    return order[start[group] + within]
-
-
 def median_interval(
     values: Sequence[float],
-    weights: Sequence[float] | None = None,
     confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> tuple[float, float] | None:
@@ -100,11 +85,7 @@ def median_interval(
     if data.size < 2 or not np.all(np.isfinite(data)):
         return None
     rng = np.random.default_rng(seed)
-    shape = (BOOTSTRAP_RESAMPLES, data.size)
-    if weights is None:
-        idx = rng.integers(0, data.size, size=shape)
-    else:
-        idx = _weighted_draws(np.asarray(weights, dtype=float), shape, rng)
+    idx = rng.integers(0, data.size, size=(BOOTSTRAP_RESAMPLES, data.size))
     medians = np.median(data[idx], axis=1)
     tail = (1.0 - confidence) / 2 * 100
     lo, hi = np.percentile(medians, [tail, 100 - tail])
@@ -132,7 +113,7 @@ def rounds_median_interval(
     rounds = [np.asarray(r, dtype=float) for r in per_round if len(r)]
     if len(rounds) < 2:
         return median_interval(rounds[0]) if rounds else None
-    if any(r.size < 1 or not np.all(np.isfinite(r)) for r in rounds):
+    if not all(np.all(np.isfinite(r)) for r in rounds):
         return None
     rng = np.random.default_rng(seed)
     picks = rng.multinomial(len(rounds), [1.0 / len(rounds)] * len(rounds), BOOTSTRAP_RESAMPLES)
