@@ -289,6 +289,31 @@ def test_custom_linear_is_its_stages(make_outliers, make_randn):
     assert torch.equal(custom.linear(x, pw, cfg), staged)
 
 
+@pytest.mark.parametrize("m", [1, 8])
+def test_outlier_product_reads_the_kept_dims_from_the_prepared_weight(make_outliers, make_randn, m):
+    """When a call's outlier columns are exactly the kept dims (a decode step of the layer the
+    dims were calibrated on), the fp32 weights come from ``prepare_weight``, not a gather; the
+    numbers are those of the gather, and columns beyond the kept dims still take the gather."""
+    custom = get_backend("custom")
+    x, dims = make_outliers(m, 96)
+    w, bias = make_randn(50, 96), make_randn(50)
+    cfg = QuantConfig()
+    pw = custom.prepare_weight(w, bias, cfg, dims)
+    qa = custom.quantize(x, pw, cfg)
+    assert torch.equal(qa.outlier_cols, pw.kept_rows)
+    values, w_t = custom.outlier_product(qa, pw)
+    assert w_t is pw.kept_t32
+    gathered = quant.outlier_weight_rows(pw, qa.outlier_cols, torch.float32).T
+    assert torch.equal(w_t, gathered)
+    assert torch.equal(values, qa.outlier_values.float())
+
+    fewer = custom.prepare_weight(w, bias, cfg, dims[:1])  # the other dims are detected per call
+    qa = custom.quantize(x, fewer, cfg)
+    assert qa.outlier_cols.numel() > fewer.kept_rows.numel()
+    _, w_t = custom.outlier_product(qa, fewer)
+    assert torch.equal(w_t, quant.outlier_weight_rows(fewer, qa.outlier_cols, torch.float32).T)
+
+
 def test_fused_linear_rejects_bad_operands(gen):
     a = torch.randint(-128, 128, (4, 10), dtype=torch.int8, generator=gen)
     packed = cpu_ext.pack_weight(torch.randint(-128, 128, (6, 10), dtype=torch.int8, generator=gen))

@@ -35,11 +35,15 @@ except Exception as exc:  # noqa: BLE001 - any failure only disables the CUDA ha
 @dataclass
 class PackedWeight(PreparedWeight):
     """The CPU kernels' weight: int8 only in the kernels' packed layout (one byte per weight,
-    ``int8`` is ``None``) and the bias in float32, as the kernel reads it
-    (``bias`` is then ``None``: counted once)."""
+    ``int8`` is ``None``), the bias in float32, as the kernel reads it (``bias`` is then
+    ``None``: counted once), and the kept dims' weights as the fused epilogue reads them."""
 
     packed: torch.Tensor
     bias_f32: torch.Tensor | None
+    #: (r, n) float32: ``kept_values`` transposed, the outlier product's weights when a call's
+    #: outlier columns are the kept dims (a decode step's always are); gathering them on every
+    #: call cost as much as the GEMV at m=1
+    kept_t32: torch.Tensor
 
     def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
         return cpu_ext.packed_columns(self.packed, self.out_features, self.in_features, cols)
@@ -89,6 +93,7 @@ class CustomBackend(Backend):
             bias=None,
             packed=cpu_ext.pack_weight(pw.int8),
             bias_f32=bias.float().contiguous() if bias is not None else None,
+            kept_t32=pw.kept_values.float().T.contiguous(),
         )
 
     def quantize(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
@@ -122,10 +127,14 @@ class CustomBackend(Backend):
         product itself is fused into :meth:`dequantize` (c FMAs per output element)."""
         if self._is_cuda(qa.int8):  # fp32: the CUDA dequantize kernel adds an fp32 product
             return quant.outlier_product(qa, pw, torch.float32)
-        if qa.outlier_cols.numel() == 0:
+        cols = qa.outlier_cols
+        if cols.numel() == 0:
             return None
-        w_rows = quant.outlier_weight_rows(pw, qa.outlier_cols, torch.float32)  # (n, c)
-        return qa.outlier_values.float().contiguous(), w_rows.T.contiguous()
+        values = qa.outlier_values.float().contiguous()
+        if isinstance(pw, PackedWeight) and torch.equal(cols, pw.kept_rows):
+            return values, pw.kept_t32
+        w_rows = quant.outlier_weight_rows(pw, cols, torch.float32)  # (n, c)
+        return values, w_rows.T.contiguous()
 
     def linear(self, x, pw, cfg: QuantConfig) -> torch.Tensor:
         """CPU: quantize, then the GEMM with the dequantization (scales, bias, the outlier
