@@ -70,7 +70,7 @@ class RunOptions:
     cfg: QuantConfig = field(default_factory=QuantConfig)
     timer: TimerSettings = field(default_factory=TimerSettings)
     stage_timer: TimerSettings = field(
-        default_factory=lambda: TimerSettings(budget_s=0.1, warmup_s=0.0, min_samples=1)
+        default_factory=lambda: TimerSettings(budget_s=0.05, warmup_s=0.0, min_samples=1)
     )
     max_call_s: float = 30.0
     error_rows: int = 512

@@ -117,7 +117,9 @@ def _prepare(req: RunRequest) -> _Prepared:
             methods=req.methods,
             device=dev.type if local else req.device,
             cfg=QuantConfig(req.alpha, req.outlier_cmp, req.outlier_weights),
-            timer=TimerSettings(budget_s=p.budget_s, warmup_s=p.warmup_s),
+            # a round stops sampling a row once its own interval meets the run's target: the
+            # pooled interval (over rounds) is what the run reports and extends
+            timer=TimerSettings(budget_s=p.budget_s, warmup_s=p.warmup_s, target_ci=p.ci_target),
             max_call_s=p.max_call_s,
             error_rows=p.error_rows,
             activations=req.activations,
