@@ -373,15 +373,19 @@ def _layer(item, case, opts, dtype, device, activations, prepared, layer_key) ->
     return layer
 
 
+def max_call_s(pair: tuple[str, str], limit_s: float) -> float:
+    """The longest estimated call ``pair`` may have before its row is skipped, under the run's
+    ``max_call_s`` of ``limit_s``."""
+    return limit_s * (BASELINE_CALL_FACTOR if pair in (BASELINE, FP32) else 1.0)
+
+
 def _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator):
     """(skip kind, reason) when the row is not to be measured, else ``None``."""
     avail = all_backends()[backend_name].supports(method, device, dtype, m, k, n)
     if not avail:
         return SkipKind.UNSUPPORTED.value, avail.reason
     est = estimator.estimate((backend_name, method), flops, m)
-    cap = opts.max_call_s * (
-        BASELINE_CALL_FACTOR if (backend_name, method) in (BASELINE, FP32) else 1.0
-    )
+    cap = max_call_s((backend_name, method), opts.max_call_s)
     if est is not None and est[0] > cap:
         return SkipKind.OVER_BUDGET.value, (
             f"one call estimated at {est[0]:.0f} s (from this run's d={est[1]} cell) "

@@ -1,10 +1,10 @@
 """Progress of a sweep on the terminal: the row being timed, and an ETA from estimated cost.
 
 Counting rows gives a useless ETA: most rows of a sweep are skipped in no time while one
-measured row takes seconds. Each row here has an estimated cost in seconds (0 for a row that
-cannot run here; a row's time budget, plus its calls when their length is known from an
-earlier row of the same backend and method); the bar advances by the cost of each finished row,
-and the ETA is the remaining cost scaled by how long the finished cost really took.
+measured row takes seconds. Each row here has an estimated cost in seconds (:class:`CostModel`:
+0 for a row that cannot run here); the bar advances by the cost of each finished row, and the
+ETA is the remaining cost scaled by how long the finished cost really took (which covers what
+the model leaves out: building runners, the accuracy checks).
 """
 
 from __future__ import annotations
@@ -15,27 +15,40 @@ from collections.abc import Callable
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn
 from rich.text import Text
 
-#: Calls a measured row makes besides its timed budget (warm-up, accuracy check, stages).
-EXTRA_CALLS = 4
-
 
 class CostModel:
-    """Estimated seconds of each (backend, method) row on a cell of ``flops`` operations."""
+    """Estimated seconds of each (backend, method) row on a cell of ``flops`` operations at
+    ``tokens`` tokens, following the engine: a row samples until its budget is spent, and at
+    least once (so ``max(budget, call)``, the budget counting its share of the baseline calls);
+    in the first round its first call (checked for accuracy, counted as warm-up) and its stages
+    (each timed alone, at least once) add about one call more. A call's length comes from the
+    same row at the same token count earlier in this run (throughput at one token is far below
+    that at 2048), else it is unknown and the row costs its budget. A row whose call exceeds
+    ``max_call_s(pair)`` is skipped by the harness, so it costs nothing."""
 
-    def __init__(self, budget_s: float, paired: bool) -> None:
+    def __init__(
+        self, budget_s: float, max_call_s: Callable[[tuple[str, str]], float] | None = None
+    ) -> None:
         self.row_s = budget_s
-        self.paired = paired
-        self.rate: dict[tuple[str, str], float] = {}  # flops per second seen in this run
+        self.max_call_s = max_call_s
+        self.rate: dict[tuple[tuple[str, str], int], float] = {}  # flops per second seen
 
-    def record(self, pair: tuple[str, str], flops: float, median_ms: float | None) -> None:
+    def record(
+        self, pair: tuple[str, str], flops: float, tokens: int, median_ms: float | None
+    ) -> None:
         if median_ms:
-            self.rate[pair] = flops / (median_ms / 1e3)
+            self.rate[(pair, tokens)] = flops / (median_ms / 1e3)
 
-    def cost(self, pair: tuple[str, str], flops: float, runs_here: bool) -> float:
+    def cost(
+        self, pair: tuple[str, str], flops: float, tokens: int, runs_here: bool, first_round: bool
+    ) -> float:
         if not runs_here:
             return 0.0
-        call = flops / self.rate[pair] if pair in self.rate else 0.0
-        return self.row_s + EXTRA_CALLS * call * (2 if self.paired else 1)
+        rate = self.rate.get((pair, tokens))
+        call = flops / rate if rate else 0.0
+        if self.max_call_s is not None and call > self.max_call_s(pair):
+            return 0.0
+        return max(self.row_s, call) + (call if first_round else 0.0)
 
 
 class _EtaColumn(ProgressColumn):

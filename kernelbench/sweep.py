@@ -251,7 +251,7 @@ def resume_command(argv: list[str]) -> str:
 def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     """Measure and write every row (then the extra rounds the run's uncertain rows get), with
     progress; ^C ends with a one-line summary and exit 130."""
-    from kernelbench.harness import followup_items
+    from kernelbench.harness import followup_items, max_call_s
     from kernelbench.progress import CostModel, sweep_progress
     from kernelbench.results import read_rows
 
@@ -260,7 +260,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
         f"on {escape(prep.env['device_class'])}, {prep.env['threads']} threads -> "
         f"{escape(str(req.out))}"
     )
-    cost = CostModel(req.profile.budget_s, paired=True)
+    cost = CostModel(req.profile.budget_s, lambda pair: max_call_s(pair, req.profile.max_call_s))
     count = [0]
     try:
         with sweep_progress(console) as progress:
@@ -300,9 +300,16 @@ def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: 
         writer.append(row)
         count[0] += 1
         pair = (row.backend, row.method)
-        spent += remaining.pop((item, pair), (0.0, 0.0, False))[0]
-        cost.record(pair, float(row.flops or 0.0), row.median_ms)
-        left = sum(cost.cost(p, f, ok) for (_, p), (_, f, ok) in remaining.items())
+        _, flops, runs = remaining.pop((item, pair), (0.0, 0.0, False))
+        cost.record(pair, float(row.flops or 0.0), row.tokens, row.median_ms)
+        # the finished row counts with its call now known: the ETA scales the model's units
+        # by the seconds they took, which the planned estimate (call unknown) would skew
+        if row.status == "ok":
+            spent += cost.cost(pair, flops, item.tokens, runs, item.round == 0)
+        left = sum(
+            cost.cost(p, f, it.tokens, ok, it.round == 0)
+            for (it, p), (_, f, ok) in remaining.items()
+        )
         progress.update(
             task,
             completed=spent,
@@ -354,7 +361,7 @@ def _planned_rows(prep: _Prepared, items, done: set, cost) -> dict:
             except Exception:  # noqa: BLE001 - only an estimate
                 runs = True
             planned[(item, (backend, method))] = (
-                cost.cost((backend, method), flops, runs),
+                cost.cost((backend, method), flops, item.tokens, runs, item.round == 0),
                 flops,
                 runs,
             )
