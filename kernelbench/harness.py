@@ -51,8 +51,6 @@ from kernelbench.statistics import median_interval, stats
 #: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
 #: needs them, and on CPUs without native bf16 the 16-bit baseline is the slowest row.
 BASELINE_CALL_FACTOR = 3.0
-#: Pairs an extra round is expected to take per uncertain row (to fit extra rounds in budget).
-EXTRA_ROUND_PAIRS = 4
 #: ``--layer all``: every layer of one transformer block of each size.
 ALL_LAYERS = "all"
 
@@ -628,13 +626,16 @@ def followup_items(
     items: list[WorkItem],
     next_round: int,
     budget_s: float | None = None,
+    row_budget_s: float = 0.0,
 ) -> list[WorkItem]:
     """Work items of one extra round for the cells whose pooled rows are still uncertain: a
     speedup interval wider than the run's ``ci_target``, or an ordering contradiction (which
     more pairs either resolve or confirm). Each item measures only those rows (and the
     baseline they pair with). With ``budget_s``, the cheapest cells come first and the round
-    stops where their estimated cost (a few pairs each, from the times measured so far) would
-    exceed it: more pairs go where they are affordable."""
+    stops where their estimated cost would exceed it: more pairs go where they are
+    affordable. A row is estimated as the engine times it: for its budget per round
+    (``row_budget_s``, an uncertain row seldom meets its interval target sooner), and at least
+    one pair (its time and its baseline's, measured so far)."""
     from kernelbench.view import pooled_rows
 
     uncertain: dict[tuple, set[tuple[str, str]]] = {}
@@ -648,7 +649,7 @@ def followup_items(
             cell = (row.d_model, row.layer, row.tokens)
             uncertain.setdefault(cell, set()).add((row.backend, row.method))
             pair_s = ((row.median_ms or 0.0) + (row.baseline_ms or 0.0)) / 1e3
-            cost[cell] = cost.get(cell, 0.0) + EXTRA_ROUND_PAIRS * pair_s
+            cost[cell] = cost.get(cell, 0.0) + max(row_budget_s, pair_s)
     cells = {(i.size.d_model, i.layer, i.tokens): i for i in items}
     chosen, spent = [], 0.0
     for c in sorted(uncertain, key=lambda c: cost[c]):

@@ -274,6 +274,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                     prep.items,
                     next_round,
                     prep.opts.extra_round_budget_s,
+                    row_budget_s=prep.opts.timer.budget_s,
                 )
                 if not more:
                     break

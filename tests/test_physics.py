@@ -157,6 +157,9 @@ def test_wide_intervals_are_flagged_and_get_an_extra_round():
     # a budget for the extra round: a cell that would not fit is left out
     assert followup_items(rows, env, items, 2, budget_s=1e-6) == []
     assert followup_items(rows, env, items, 2, budget_s=100.0) == [extra]
+    # a fast row still samples for its budget: 0.5 s of it does not fit in 0.3 s
+    assert followup_items(rows, env, items, 2, budget_s=0.3, row_budget_s=0.5) == []
+    assert followup_items(rows, env, items, 2, budget_s=0.6, row_budget_s=0.5) == [extra]
 
 
 def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
