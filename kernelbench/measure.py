@@ -249,12 +249,7 @@ class MeasurementEngine:
             call()
             self.timer.sync()
 
-    def measure_cell(self, calls: Mapping[Hashable, Call], *args, **kwargs) -> CellMeasurement:
-        """:meth:`_measure_cell` with CPU memory reused while timing (see the constructor)."""
-        with self._memory():
-            return self._measure_cell(calls, *args, **kwargs)
-
-    def _measure_cell(
+    def measure_cell(
         self,
         calls: Mapping[Hashable, Call],
         baseline: Call | None = None,
@@ -271,31 +266,33 @@ class MeasurementEngine:
         ``first_outputs``: the output of each such row's first timed call is handed to its
         hook after the call (a row whose call takes seconds is not called once more just to
         check its output); a raising hook fails the row. The time the hooks take is left out
-        of the pairing (:func:`interpolated_baselines`' gaps)."""
-        warmed = dict(warmed_s or {})
-        failed: dict[Hashable, str] = {}
-        hooks = dict(first_outputs or {})
-        if baseline is not None and not calls:
-            self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
+        of the pairing (:func:`interpolated_baselines`' gaps). CPU memory is reused while the
+        cell is timed (see the constructor)."""
+        with self._memory():
+            warmed = dict(warmed_s or {})
+            failed: dict[Hashable, str] = {}
+            hooks = dict(first_outputs or {})
+            if baseline is not None and not calls:
+                self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
+                if baseline_first_output is not None:
+                    hooks["baseline"] = baseline_first_output
+                alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks)
+                if "baseline" in failed:
+                    raise RuntimeError(failed["baseline"])
+                return CellMeasurement({}, alone["baseline"], MappingProxyType({}))
+            for key, call in calls.items():
+                try:
+                    self._warm_up(call, warmed.get(key, 0.0), self.settings.warmup_s)
+                except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
+                    failed[key] = error_text(exc)
+            if baseline is not None:
+                self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
+            live = {k: c for k, c in calls.items() if k not in failed}
             if baseline_first_output is not None:
-                hooks["baseline"] = baseline_first_output
-            alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks)
-            if "baseline" in failed:
-                raise RuntimeError(failed["baseline"])
-            return CellMeasurement({}, alone["baseline"], MappingProxyType({}))
-        for key, call in calls.items():
-            try:
-                self._warm_up(call, warmed.get(key, 0.0), self.settings.warmup_s)
-            except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
-                failed[key] = error_text(exc)
-        if baseline is not None:
-            self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
-        live = {k: c for k, c in calls.items() if k not in failed}
-        if baseline_first_output is not None:
-            hooks[_BASELINE_KEY] = baseline_first_output
-        rows = self._cycles(live, baseline, failed, seed, hooks)
-        base = rows.pop(_BASELINE_KEY, None)
-        return CellMeasurement(MappingProxyType(rows), base, MappingProxyType(failed))
+                hooks[_BASELINE_KEY] = baseline_first_output
+            rows = self._cycles(live, baseline, failed, seed, hooks)
+            base = rows.pop(_BASELINE_KEY, None)
+            return CellMeasurement(MappingProxyType(rows), base, MappingProxyType(failed))
 
     def _cycles(
         self,
