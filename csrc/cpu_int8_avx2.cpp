@@ -6,6 +6,8 @@
 // accumulating in int32. Blocking: each thread owns a
 // range of 16-column panels; within it, chunks of kNC columns x kKC k-values of the packed
 // weights stay in L2 while 6-row slices of A (converted to int16 once per chunk) sweep past.
+// Up to 6 rows (decode) the weights are streamed instead: each panel read once, whole, with
+// software prefetch (gemm_small_m).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -23,6 +25,7 @@ namespace {
 constexpr int kMR = 6;      // rows of A per micro-kernel call
 constexpr int kKC = 512;    // k values per block (even)
 constexpr int kNCp = 8;     // panels (of 16 columns) per L2 chunk
+constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the decode path prefetches weights
 
 template <DType D>
 inline __m256 load8(const void* base, int64_t i) {
@@ -238,7 +241,10 @@ inline void store_tile(const __m256i (&acc)[kMR][2], int32_t* c, int64_t ldc, in
 
 // R x 16 tile += A rows (int16 pairs, lda_pairs apart) x one packed panel, over kp pairs.
 // The accumulators are named variables (not an array) so that GCC keeps all 12 in registers.
-template <int R>
+// Stream: the panel is read once, front to back, and the data kPrefetchBytes ahead is
+// prefetched (the decode path, where the weights stream from memory and the hardware
+// prefetcher stops at every 4 KiB page).
+template <int R, bool Stream = false>
 inline void micro_kernel(const int32_t* a, int64_t lda_pairs, const int8_t* bp, int64_t kp,
                          int32_t* c, int64_t ldc, int ncols, bool accumulate) {
   const __m256i z = _mm256_setzero_si256();
@@ -257,6 +263,8 @@ inline void micro_kernel(const int32_t* a, int64_t lda_pairs, const int8_t* bp, 
     A1 = _mm256_add_epi32(A1, _mm256_madd_epi16(av, b1));          \
   }
   for (int64_t kk = 0; kk < kp; ++kk) {
+    if constexpr (Stream) _mm_prefetch(reinterpret_cast<const char*>(bp + kk * 32 + kPrefetchBytes),
+                                       _MM_HINT_T0);
     const __m256i b0 =
         _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(bp + kk * 32)));
     const __m256i b1 =
@@ -316,8 +324,45 @@ bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t*
   }
 }
 
+// Decode (m <= kMR): every weight is used by at most kMR rows, so the GEMM streams the weights
+// from memory. A is converted to int16 once, whole; each thread reads its panels whole, one
+// after the other (a single sequential stream, prefetched ahead), and finishes kNCp panels at a
+// time. The int32 sums are those of the blocked path: the same exact integers.
+static void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
+                         int64_t n, int32_t* c, const Epilogue* ep) {
+  const PackedLayout L(n, k);
+  const int R = static_cast<int>(m);
+  const int64_t ld = L.pairs * 2;  // int16 values per converted row (k rounded up to even)
+  std::vector<int16_t> abuf(static_cast<size_t>(R * ld));
+  convert_a(a, k, 0, R, 0, k, abuf.data(), ld);
+  const int32_t* a32 = reinterpret_cast<const int32_t*>(abuf.data());
+  constexpr int64_t sld = kNCp * PackedLayout::kPanelCols;
+  using StreamFn = void (*)(const int32_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t,
+                            int, bool);
+  constexpr StreamFn kStream[kMR + 1] = {nullptr,
+                                         micro_kernel<1, true>, micro_kernel<2, true>,
+                                         micro_kernel<3, true>, micro_kernel<4, true>,
+                                         micro_kernel<5, true>, micro_kernel<6, true>};
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p0 = L.panels * t / T, p1 = L.panels * (t + 1) / T;
+    alignas(32) int32_t tile[kMR * sld];
+    for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
+      const int64_t pc1 = std::min(p1, pc0 + kNCp);
+      for (int64_t p = pc0; p < pc1; ++p) {
+        const int ncols = static_cast<int>(std::min<int64_t>(16, n - p * 16));
+        kStream[R](a32, ld / 2, packed_b + p * L.panel_bytes(), L.pairs, tile + (p - pc0) * 16,
+                   sld, ncols, false);
+      }
+      finish_tile(ep, dequantize_block, c, n, tile, sld, 0, R, pc0 * 16, std::min(n, pc1 * 16));
+    }
+  }
+}
+
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
+  if (m > 0 && m <= kMR) return gemm_small_m(a, m, k, packed_b, n, c, ep);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels;
   // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,

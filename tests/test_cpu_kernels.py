@@ -244,6 +244,7 @@ FUSED_SHAPES = [
     (13, 513, 129),
     (25, 2050, 130),
     (3, 4099, 31),
+    (4, 515, 257),
     (37, 2051, 40),
 ]
 
@@ -332,7 +333,15 @@ def test_fused_linear_rejects_bad_operands(gen):
 # d = 5140), m around the 6- and 12-row tiles, n off the 16-column panels and across the
 # 8-panel chunks and the two threads' panel ranges; the last output is large enough (> 4 MiB)
 # to be advised to huge pages.
-INT32_SHAPES = [(1, 5141, 33), (12, 2048, 16), (13, 4099, 290), (25, 2050, 129), (1030, 37, 1100)]
+INT32_SHAPES = [
+    (1, 5141, 33),
+    (2, 3, 161),
+    (6, 1027, 300),  # m <= 6: the decode path (whole panels, streamed)
+    (12, 2048, 16),
+    (13, 4099, 290),
+    (25, 2050, 129),
+    (1030, 37, 1100),
+]
 
 
 @pytest.mark.parametrize("shape", INT32_SHAPES)
