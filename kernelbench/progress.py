@@ -52,18 +52,26 @@ class CostModel:
 
 
 class _EtaColumn(ProgressColumn):
-    """Remaining estimated cost, scaled by the seconds the finished cost took."""
+    """Remaining estimated cost, scaled by the seconds the finished cost took, as estimated
+    when the bar last moved and counting down since: rows come back a cell at a time, and a
+    rate taken while a long cell runs (time passing, nothing finished) made the ETA grow."""
 
     def __init__(self, started: float, clock: Callable[[], float]) -> None:
         super().__init__()
         self.started, self.clock = started, clock
+        self._seen: tuple[float, float | None] | None = None  # (completed, total) estimated
+        self._eta_s, self._eta_at = 0.0, 0.0
 
     def render(self, task: Task) -> Text:
         done, total = task.completed, task.total or 0.0
-        elapsed = self.clock() - self.started
-        if done <= 0 or elapsed <= 0:
+        now = self.clock()
+        if done <= 0 or now <= self.started:
             return Text("ETA -:--", style="progress.remaining")
-        left = max(0.0, total - done) * elapsed / done
+        if self._seen != (done, task.total):
+            self._seen = (done, task.total)
+            self._eta_s = max(0.0, total - done) * (now - self.started) / done
+            self._eta_at = now
+        left = max(0.0, self._eta_s - (now - self._eta_at))
         minutes, seconds = divmod(int(left + 0.5), 60)
         hours, minutes = divmod(minutes, 60)
         text = f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

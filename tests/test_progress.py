@@ -47,10 +47,27 @@ def test_eta_scales_the_remaining_cost_by_the_seconds_the_finished_cost_took():
     column = _EtaColumn(started=100.0, clock=lambda: now[0])
     progress = Progress()
     task_id = progress.add_task("t", total=30.0)
-    task = progress.tasks[0]
-    assert column.render(task).plain == "ETA -:--"
+    assert column.render(progress.tasks[0]).plain == "ETA -:--"
     progress.update(task_id, completed=10.0)
     now[0] = 120.0  # 10 units took 20 s: 20 units left take 40 s
     assert column.render(progress.tasks[0]).plain == "ETA 0:40"
-    now[0] = 100.0 + 2 * 3600
-    assert column.render(progress.tasks[0]).plain == "ETA 4:00:00"
+    # 15 units took 20 s: 2715 left take 3620 s
+    progress.update(task_id, completed=15.0, total=2730.0)
+    assert column.render(progress.tasks[0]).plain == "ETA 1:00:20"
+
+
+def test_eta_counts_down_while_a_long_cell_runs():
+    """Nothing finishes while a cell is timed: the estimate made when the bar last moved
+    counts down (it used to grow with the elapsed time), and stops at zero."""
+    now = [120.0]
+    column = _EtaColumn(started=100.0, clock=lambda: now[0])
+    progress = Progress()
+    task_id = progress.add_task("t", total=30.0)
+    progress.update(task_id, completed=10.0)
+    assert column.render(progress.tasks[0]).plain == "ETA 0:40"
+    now[0] = 130.0
+    assert column.render(progress.tasks[0]).plain == "ETA 0:30"
+    now[0] = 200.0
+    assert column.render(progress.tasks[0]).plain == "ETA 0:00"
+    progress.update(task_id, completed=20.0)  # 20 units in 100 s: 10 left take 50 s
+    assert column.render(progress.tasks[0]).plain == "ETA 0:50"
