@@ -28,7 +28,7 @@
 # on a machine also running two pytest jobs read custom llm_int8 at d=768 22% slower, confirmed:
 # 0.15 failed unchanged code there, 0.30 would not have. CI machines are shared: 0.30.
 # On cpu-avx2-2core (10 quiet rounds of its baseline): 0 false failures in 3000 draws at 0.30,
-# 32 at 0.20; +50% on one custom llm_int8 row caught in 90% of cases at 0.30.
+# 36 at 0.20; +50% on one custom llm_int8 row caught in 99% of cases at 0.30.
 # The numbers and the command: docs/benchmarks.md ("The gate in this project's CI").
 set -euo pipefail
 cd "$(dirname "$0")/.."
