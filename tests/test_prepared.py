@@ -113,6 +113,25 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
         builds.clear()
 
 
+def test_the_local_executor_keeps_cells_for_its_next_run(monkeypatch):
+    """A sweep's extra rounds are a later ``run`` of the same executor: they reuse the runners
+    the rounds before kept, and the call-time estimates (it rebuilt every runner there)."""
+    from kernelbench.executors import LocalExecutor
+
+    case = load_case("gpt3")
+    opts = replace(tiny_opts(methods=("fp16", "int8_raw"), rounds=2), keep_prepared_bytes=1 << 40)
+    builds = _recorded_calls(monkeypatch, type(all_backends()["custom"]), "runner")
+    first, later = plan(case, opts)
+    executor = LocalExecutor()
+    list(executor.run([first], case, opts, set()))
+    assert len(builds) == 1
+    estimates = dict(executor.estimator.ops_per_s)
+    rows = [row for _, row in executor.run([later], case, opts, set())]
+    assert len(builds) == 1  # custom's runner came from the first run
+    assert all(r.status in ("ok", "skipped") for r in rows)
+    assert estimates and set(estimates) <= set(executor.estimator.ops_per_s)
+
+
 def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
     from kernelbench import harness
 
