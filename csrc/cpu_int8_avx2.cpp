@@ -6,7 +6,7 @@
 // accumulating in int32. Blocking: each thread owns a
 // range of 16-column panels; within it, chunks of kNC columns x kKC k-values of the packed
 // weights stay in L2 while 6-row slices of A (converted to int16 once per chunk) sweep past.
-// Up to 6 rows (decode) the weights are streamed instead: each panel read once, whole, with
+// Up to 32 rows (decode) the weights are streamed instead: each panel read once, whole, with
 // software prefetch (gemm_small_m).
 #include <immintrin.h>
 #include <omp.h>
@@ -26,6 +26,7 @@ constexpr int kMR = 6;      // rows of A per micro-kernel call
 constexpr int kKC = 512;    // k values per block (even)
 constexpr int kNCp = 8;     // panels (of 16 columns) per L2 chunk
 constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the decode path prefetches weights
+constexpr int64_t kStreamRows = 32;       // up to this many rows of A, the decode path
 
 template <DType D>
 inline __m256 load8(const void* base, int64_t i) {
@@ -324,17 +325,21 @@ bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t*
   }
 }
 
-// Decode (m <= kMR): every weight is used by at most kMR rows, so the GEMM streams the weights
-// from memory. A is converted to int16 once, whole; each thread reads its panels whole, one
-// after the other (a single sequential stream, prefetched ahead), and finishes kNCp panels at a
-// time. The int32 sums are those of the blocked path: the same exact integers.
+// Decode (m <= kStreamRows): the weights stream from memory, each used by few rows. A is
+// converted to int16 once, whole; each thread reads its panels whole, one after the other (a
+// single sequential stream, prefetched ahead), every 6-row slice of A multiplying a panel while
+// it is in cache, and finishes kNCp panels at a time. The int32 sums are those of the blocked
+// path: the same exact integers. Measured against the blocked path on 2 AVX2 cores (4096x16384
+// and 12288x49152 weights): 1.24-1.54x faster at m = 1-8, 1.06-1.08x at 32, 1.00 at 48, 0.99
+// at 64.
 static void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                          int64_t n, int32_t* c, const Epilogue* ep) {
   const PackedLayout L(n, k);
-  const int R = static_cast<int>(m);
   const int64_t ld = L.pairs * 2;  // int16 values per converted row (k rounded up to even)
-  std::vector<int16_t> abuf(static_cast<size_t>(R * ld));
-  convert_a(a, k, 0, R, 0, k, abuf.data(), ld);
+  std::vector<int16_t> abuf(static_cast<size_t>(m * ld));
+  for (int64_t r0 = 0; r0 < m; r0 += kMR)
+    convert_a(a, k, r0, static_cast<int>(std::min<int64_t>(kMR, m - r0)), 0, k,
+              abuf.data() + r0 * ld, ld);
   const int32_t* a32 = reinterpret_cast<const int32_t*>(abuf.data());
   constexpr int64_t sld = kNCp * PackedLayout::kPanelCols;
   using StreamFn = void (*)(const int32_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t,
@@ -347,22 +352,26 @@ static void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* pa
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = L.panels * t / T, p1 = L.panels * (t + 1) / T;
-    alignas(32) int32_t tile[kMR * sld];
+    std::vector<int32_t> tile(static_cast<size_t>(m * sld));
     for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
       const int64_t pc1 = std::min(p1, pc0 + kNCp);
       for (int64_t p = pc0; p < pc1; ++p) {
         const int ncols = static_cast<int>(std::min<int64_t>(16, n - p * 16));
-        kStream[R](a32, ld / 2, packed_b + p * L.panel_bytes(), L.pairs, tile + (p - pc0) * 16,
-                   sld, ncols, false);
+        for (int64_t r0 = 0; r0 < m; r0 += kMR) {
+          const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
+          kStream[R](a32 + r0 * ld / 2, ld / 2, packed_b + p * L.panel_bytes(), L.pairs,
+                     tile.data() + r0 * sld + (p - pc0) * 16, sld, ncols, false);
+        }
       }
-      finish_tile(ep, dequantize_block, c, n, tile, sld, 0, R, pc0 * 16, std::min(n, pc1 * 16));
+      finish_tile(ep, dequantize_block, c, n, tile.data(), sld, 0, m, pc0 * 16,
+                  std::min(n, pc1 * 16));
     }
   }
 }
 
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
-  if (m > 0 && m <= kMR) return gemm_small_m(a, m, k, packed_b, n, c, ep);
+  if (m > 0 && m <= kStreamRows) return gemm_small_m(a, m, k, packed_b, n, c, ep);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels;
   // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,

@@ -336,7 +336,9 @@ def test_fused_linear_rejects_bad_operands(gen):
 INT32_SHAPES = [
     (1, 5141, 33),
     (2, 3, 161),
-    (6, 1027, 300),  # m <= 6: the decode path (whole panels, streamed)
+    (6, 1027, 300),  # m <= 32: the decode path (whole panels, streamed)
+    (32, 515, 47),
+    (33, 515, 47),  # the blocked path again
     (12, 2048, 16),
     (13, 4099, 290),
     (25, 2050, 129),
