@@ -15,6 +15,8 @@ from collections.abc import Callable
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn
 from rich.text import Text
 
+from kernelbench.harness import CallEstimator
+
 
 class CostModel:
     """Estimated seconds of each (backend, method) row on a cell of ``flops`` operations at
@@ -31,21 +33,26 @@ class CostModel:
     ) -> None:
         self.row_s = budget_s
         self.max_call_s = max_call_s
-        self.rate: dict[tuple[tuple[str, str], int], float] = {}  # flops per second seen
+        self.calls = CallEstimator()  # the harness's per-token-count throughput table
 
     def record(
-        self, pair: tuple[str, str], flops: float, tokens: int, median_ms: float | None
+        self,
+        pair: tuple[str, str],
+        flops: float,
+        tokens: int,
+        d_model: int,
+        median_ms: float | None,
     ) -> None:
         if median_ms:
-            self.rate[(pair, tokens)] = flops / (median_ms / 1e3)
+            self.calls.record(pair, flops, median_ms / 1e3, d_model, tokens)
 
     def cost(
         self, pair: tuple[str, str], flops: float, tokens: int, runs_here: bool, first_round: bool
     ) -> float:
         if not runs_here:
             return 0.0
-        rate = self.rate.get((pair, tokens))
-        call = flops / rate if rate else 0.0
+        est = self.calls.estimate(pair, flops, tokens)
+        call = est[0] if est is not None else 0.0
         if self.max_call_s is not None and call > self.max_call_s(pair):
             return 0.0
         return max(self.row_s, call) + (call if first_round else 0.0)

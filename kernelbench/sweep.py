@@ -294,22 +294,21 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
 def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: list) -> None:
     """Run ``items`` through the executor, writing each row; the bar advances by each row's
     estimated cost and names the row timed next."""
-    remaining = _planned_rows(prep, items, done, cost)
+    remaining = _planned_rows(prep, items, done)
     spent = progress.tasks[0].completed if progress.tasks else 0.0
     progress.update(task, description=escape(_next_label(remaining)))
     for item, row in prep.runner.run(items, prep.case, prep.opts, done):
         writer.append(row)
         count[0] += 1
         pair = (row.backend, row.method)
-        _, flops, runs = remaining.pop((item, pair), (0.0, 0.0, False))
-        cost.record(pair, float(row.flops or 0.0), row.tokens, row.median_ms)
+        flops, runs = remaining.pop((item, pair), (0.0, False))
+        cost.record(pair, float(row.flops or 0.0), row.tokens, row.d_model, row.median_ms)
         # the finished row counts with its call now known: the ETA scales the model's units
         # by the seconds they took, which the planned estimate (call unknown) would skew
         if row.status == "ok":
             spent += cost.cost(pair, flops, item.tokens, runs, item.round == 0)
         left = sum(
-            cost.cost(p, f, it.tokens, ok, it.round == 0)
-            for (it, p), (_, f, ok) in remaining.items()
+            cost.cost(p, f, it.tokens, ok, it.round == 0) for (it, p), (f, ok) in remaining.items()
         )
         progress.update(
             task,
@@ -326,9 +325,8 @@ def _next_label(remaining: dict) -> str:
     return f"timing {nxt[0].label} {nxt[1][0]}/{nxt[1][1]}" if nxt else "finishing"
 
 
-def _planned_rows(prep: _Prepared, items, done: set, cost) -> dict:
-    """(item, pair) -> (estimated seconds, flops, runs here) of every row still to measure, in
-    measuring order."""
+def _planned_rows(prep: _Prepared, items, done: set) -> dict:
+    """(item, pair) -> (flops, runs here) of every row still to measure, in measuring order."""
     from kernelbench.backends import all_backends
     from kernelbench.backends.base import sixteen_bit_dtype
     from kernelbench.core import work_flops
@@ -361,9 +359,5 @@ def _planned_rows(prep: _Prepared, items, done: set, cost) -> dict:
                 )
             except Exception:  # noqa: BLE001 - only an estimate
                 runs = True
-            planned[(item, (backend, method))] = (
-                cost.cost((backend, method), flops, item.tokens, runs, item.round == 0),
-                flops,
-                runs,
-            )
+            planned[(item, (backend, method))] = (flops, runs)
     return planned

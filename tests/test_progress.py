@@ -13,7 +13,7 @@ PAIR = ("custom", "llm_int8")
 
 def test_a_row_longer_than_its_budget_costs_its_calls_not_a_multiple_of_them():
     model = CostModel(budget_s=0.5)
-    model.record(PAIR, flops=10e9, tokens=2048, median_ms=4000.0)  # 4 s per call
+    model.record(PAIR, flops=10e9, tokens=2048, d_model=768, median_ms=4000.0)  # 4 s per call
     assert model.cost(PAIR, 10e9, 2048, runs_here=True, first_round=True) == 8.0
     assert model.cost(PAIR, 10e9, 2048, runs_here=True, first_round=False) == 4.0
     assert model.cost(PAIR, 10e9, 2048, runs_here=False, first_round=True) == 0.0
@@ -21,23 +21,23 @@ def test_a_row_longer_than_its_budget_costs_its_calls_not_a_multiple_of_them():
 
 def test_a_fast_row_costs_its_budget():
     model = CostModel(budget_s=0.5)
-    model.record(PAIR, flops=1e6, tokens=1, median_ms=0.1)
+    model.record(PAIR, flops=1e6, tokens=1, d_model=768, median_ms=0.1)
     assert model.cost(PAIR, 1e6, 1, True, first_round=False) == 0.5
     assert abs(model.cost(PAIR, 1e6, 1, True, first_round=True) - 0.5001) < 1e-9
 
 
 def test_call_lengths_come_from_the_same_token_count():
     model = CostModel(budget_s=0.5)
-    model.record(PAIR, flops=1e12, tokens=2048, median_ms=1000.0)  # 1 TFLOP/s at 2048
+    model.record(PAIR, flops=1e12, tokens=2048, d_model=768, median_ms=1000.0)  # 1 TFLOP/s at 2048
     # one token runs far below that throughput: unknown until measured, so the budget
     assert model.cost(PAIR, 1e9, 1, True, first_round=False) == 0.5
-    model.record(PAIR, flops=1e9, tokens=1, median_ms=2000.0)
+    model.record(PAIR, flops=1e9, tokens=1, d_model=768, median_ms=2000.0)
     assert model.cost(PAIR, 1e9, 1, True, first_round=False) == 2.0
 
 
 def test_a_row_the_harness_will_skip_costs_nothing():
     model = CostModel(budget_s=0.5, max_call_s=lambda pair: 30.0)
-    model.record(PAIR, flops=1e12, tokens=2048, median_ms=10_000.0)
+    model.record(PAIR, flops=1e12, tokens=2048, d_model=768, median_ms=10_000.0)
     assert model.cost(PAIR, 2e12, 2048, True, first_round=False) == 20.0
     assert model.cost(PAIR, 4e12, 2048, True, first_round=False) == 0.0  # 40 s > 30 s
 
