@@ -305,6 +305,30 @@ void set_kernel_set(const std::string& name) {
   }
 }
 
+// What quantize_kept found.
+enum KeptQuantization : int { kNonFinite = 0, kQuantized = 1, kOutlierOutsideKept = 2 };
+
+// llm_int8's quantization in one pass over x when the outlier columns are known ahead of the
+// call (the dims kept in 16-bit, cols: c sorted unique indices): each row's absmax over the
+// other columns, its int8 codes and its values at cols, from the row while it is in cache. A
+// column outside cols is an outlier exactly when some row's absmax over the other columns
+// passes alpha, so that absmax also decides whether the result stands; when it does not
+// (kOutlierOutsideKept), the outputs are to be discarded and the caller detects first.
+int quantize_kept(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,
+                  const int64_t* cols, int64_t c, int8_t* q, float* absmax, void* vals) {
+  std::vector<uint8_t> mask;
+  if (c) {
+    mask.assign(static_cast<size_t>(k), 0);
+    for (int64_t i = 0; i < c; ++i) mask[cols[i]] = 1;
+  }
+  if (!g_kernels->quantize_rows(x, dt, m, k, c ? mask.data() : nullptr, cols, c, q, absmax,
+                                vals))
+    return kNonFinite;
+  for (int64_t r = 0; r < m; ++r)
+    if (ge ? absmax[r] >= alpha : absmax[r] > alpha) return kOutlierOutsideKept;
+  return kQuantized;
+}
+
 template <typename T>
 T* ptr(uintptr_t p) {
   return reinterpret_cast<T*>(p);
@@ -356,6 +380,14 @@ PYBIND11_MODULE(_cpu, m) {
                                     ptr<const int64_t>(cols), c, ptr<int8_t>(q),
                                     ptr<float>(absmax), ptr<void>(outlier_vals));
   });
+  m.def("quantize_kept", [](uintptr_t x, int dt, int64_t m, int64_t k, float alpha, bool ge,
+                            uintptr_t cols, int64_t c, uintptr_t q, uintptr_t absmax,
+                            uintptr_t vals) {
+    const DType d = to_dtype(dt);
+    py::gil_scoped_release nogil;
+    return quantize_kept(ptr<const void>(x), d, m, k, alpha, ge, ptr<const int64_t>(cols), c,
+                         ptr<int8_t>(q), ptr<float>(absmax), ptr<void>(vals));
+  }, "0: x is not finite; 1: quantized, the outliers all in cols; 2: an outlier outside cols.");
   m.def("gemm_s8s8s32", [](uintptr_t a, int64_t m, int64_t k, uintptr_t packed, int64_t n,
                            uintptr_t c) {
     py::gil_scoped_release nogil;

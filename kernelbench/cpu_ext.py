@@ -155,6 +155,62 @@ def quantize_rows(x: torch.Tensor, mask: torch.Tensor | None, cols: torch.Tensor
     return q, amax, vals
 
 
+@dataclass(frozen=True)
+class KeptDims:
+    """Input dims that are outlier columns on every call (``llm_int8``'s dims kept in 16-bit),
+    checked once (:func:`kept_dims`): ``cols`` sorted, unique int64 indices into ``k`` columns."""
+
+    cols: torch.Tensor
+    k: int
+
+
+def kept_dims(cols: torch.Tensor, k: int) -> KeptDims:
+    """The kept dims ``cols`` of a layer with ``k`` input features, sorted and unique (``cols``
+    itself when it already is)."""
+    _check_cpu(cols)
+    if cols.dtype != torch.int64 or cols.dim() != 1:
+        raise InputError(f"kept dims must be 1-D int64, got {cols.dtype} {tuple(cols.shape)}")
+    if cols.numel() and (int(cols.min()) < 0 or int(cols.max()) >= k):
+        raise InputError(f"kept dims must be indices in [0, {k})")
+    unique = torch.unique(cols)  # sorted
+    return KeptDims(cols if torch.equal(unique, cols) else unique, k)
+
+
+def quantize_kept(
+    x: torch.Tensor, kept: KeptDims, alpha: float, ge: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``llm_int8``'s quantization in one pass over ``x`` when its outlier columns are the kept
+    dims: (int8 (m, k) with ``kept.cols`` zeroed, row absmax (m,), x[:, kept.cols] (m, c)), the
+    numbers of :func:`detect_outliers` + :func:`quantize_rows`. ``None`` when some other column
+    has a value beyond ``alpha`` (``>=`` when ``ge``): the caller then detects the columns."""
+    _check_cpu(x)
+    code = _float_code(x.dtype, "x")
+    if x.dim() != 2 or x.shape[1] != kept.k:
+        raise InputError(f"x must be (m, {kept.k}), got {tuple(x.shape)}")
+    m, k = x.shape
+    c = kept.cols.numel()
+    _sync_threads()
+    q = torch.empty((m, k), dtype=torch.int8)
+    amax = torch.empty(m, dtype=torch.float32)
+    vals = torch.empty((m, c), dtype=x.dtype)
+    status = _ext.quantize_kept(
+        x.data_ptr(),
+        code,
+        m,
+        k,
+        float(alpha),
+        ge,
+        kept.cols.data_ptr() if c else 0,
+        c,
+        q.data_ptr(),
+        amax.data_ptr(),
+        vals.data_ptr() if c else 0,
+    )
+    if status == 0:
+        raise InputError("x contains NaN/Inf; quantization needs finite input")
+    return (q, amax, vals) if status == 1 else None
+
+
 def _check_gemm_operands(a: torch.Tensor, packed: torch.Tensor, n: int) -> tuple[int, int]:
     """Check ``a`` (m, k) int8 against packed (n, k) weights; return (m, k)."""
     _check_cpu(a, packed)

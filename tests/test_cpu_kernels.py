@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kernelbench import cpu_ext, oracle, quant
 from kernelbench.backends import get_backend
+from kernelbench.checks import InputError
 from kernelbench.quant import QuantConfig
 
 KERNEL_SETS = ("scalar", "avx2", "avx512vnni")
@@ -202,6 +203,80 @@ def test_kernel_sets_detect_and_quantize_like_the_reference(gen, isa_restored, m
         assert torch.equal(cols, ref_cols), isa
         assert torch.equal(q, ref.int8) and torch.equal(amax, ref.absmax), isa
         assert torch.equal(vals, ref.outlier_values), isa
+
+
+@pytest.mark.parametrize("m", [0, 1, 70])  # m * k below and above kSerialElems (2^16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_one_pass_quantization_gives_the_numbers_of_detect_then_quantize(
+    gen, isa_restored, make_outliers, m, dtype
+):
+    """Kept dims holding every outlier (and a few regular dims): the one pass gives what
+    detection and then quantization give with those columns. With an outlier dim left out it
+    says so (None), rather than quantize that dim into the row scales."""
+    k = 1001
+    x, _ = make_outliers(max(m, 1), k, n_outlier_dims=5)
+    x = x[:m].to(dtype)
+    cfg = QuantConfig()
+    detected = quant.outlier_columns(x, cfg.alpha, cfg.outlier_cmp)
+    regular = torch.tensor([0, 500, k - 1])
+    kept = cpu_ext.kept_dims(torch.cat([detected, regular]).unique(), k)
+    ref = quant.quantize_activation(x, kept.cols)
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        q, amax, vals = cpu_ext.quantize_kept(x, kept, cfg.alpha, False)
+        assert torch.equal(q, ref.int8) and torch.equal(amax, ref.absmax), isa
+        assert torch.equal(vals, ref.outlier_values), isa
+        if m:  # every drawn row has outliers beyond alpha
+            assert detected.numel(), "the draw planted no outlier beyond alpha"
+            fewer = cpu_ext.kept_dims(detected[1:], k)
+            assert cpu_ext.quantize_kept(x, fewer, cfg.alpha, False) is None, isa
+
+
+def test_one_pass_quantization_tests_alpha_as_detection_does(gen, isa_restored):
+    """A value of exactly alpha outside the kept dims is an outlier under ``>=`` only."""
+    x = torch.rand(3, 40, generator=gen) - 0.5
+    x[1, 7] = 6.0
+    kept = cpu_ext.kept_dims(torch.tensor([3]), 40)
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        q, amax, _ = cpu_ext.quantize_kept(x, kept, 6.0, ge=False)
+        assert amax[1] == 6.0 and q[1, 7] == 127, isa
+        assert cpu_ext.quantize_kept(x, kept, 6.0, ge=True) is None, isa
+
+
+def test_one_pass_quantization_rejects_bad_input(gen):
+    x = torch.randn(4, 10, generator=gen)
+    kept = cpu_ext.kept_dims(torch.tensor([2]), 10)
+    bad = x.clone()
+    bad[1, 5] = float("nan")
+    with pytest.raises(InputError, match="NaN/Inf"):
+        cpu_ext.quantize_kept(bad, kept, 6.0, False)
+    with pytest.raises(InputError, match=r"\(m, 10\)"):
+        cpu_ext.quantize_kept(torch.randn(4, 11, generator=gen), kept, 6.0, False)
+    with pytest.raises(InputError, match="int64"):
+        cpu_ext.kept_dims(torch.tensor([1.0]), 10)
+    with pytest.raises(InputError, match=r"\[0, 10\)"):
+        cpu_ext.kept_dims(torch.tensor([10]), 10)
+    assert torch.equal(cpu_ext.kept_dims(torch.tensor([5, 2, 5]), 10).cols, torch.tensor([2, 5]))
+
+
+@pytest.mark.parametrize("m", [1, 33])
+def test_custom_quantizes_like_the_reference_with_and_without_every_outlier_kept(
+    make_outliers, make_randn, m
+):
+    """The backend's quantization in both of its paths: the one pass (kept dims hold every
+    outlier) and detection first (an outlier dim not kept)."""
+    custom = get_backend("custom")
+    x, dims = make_outliers(m, 96)
+    w = make_randn(50, 96)
+    cfg = QuantConfig()
+    for kept in (dims, dims[:1], torch.zeros(0, dtype=torch.int64)):
+        pw = custom.prepare_weight(w, None, cfg, kept)
+        ref = quant.quantize_activation(x, quant.decomposition_columns(x, pw, cfg))
+        qa = custom.quantize(x, pw, cfg)
+        assert torch.equal(qa.outlier_cols, ref.outlier_cols)
+        assert torch.equal(qa.int8, ref.int8) and torch.equal(qa.absmax, ref.absmax)
+        assert torch.equal(qa.outlier_values, ref.outlier_values)
 
 
 # --- the packed layout -------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """``custom`` backend: our own kernels.
 
-CPU half (this module + ``csrc/cpu_int8*.cpp``): one pass finds the outlier columns, one fused
-pass quantizes ``x`` (row absmax without the outlier columns, round half to even, int8 with the
-outlier columns zeroed, their 16-bit values gathered), an int8 GEMM with int32 accumulation on
+CPU half (this module + ``csrc/cpu_int8*.cpp``): one fused pass quantizes ``x`` (row absmax
+without the outlier columns, round half to even, int8 with the outlier columns zeroed, their
+16-bit values gathered). When the kept dims hold every outlier of the call (checked in the same
+pass: no other column passes alpha), that pass is all; otherwise a pass finds the outlier
+columns and the quantization runs again with them. Then an int8 GEMM with int32 accumulation on
 a packed one-byte-per-weight layout (AVX512-VNNI ``vpdpbusd`` where the CPU has it, else AVX2
 ``vpmaddwd``, else scalar; ``kernelbench._cpu.isa()`` says which), and one fused
 dequantization pass (outer product of the scales / 127^2, + bias, + the outlier product of the
@@ -44,6 +46,8 @@ class PackedWeight(PreparedWeight):
     #: outlier columns are the kept dims (a decode step's always are); gathering them on every
     #: call cost as much as the GEMV at m=1
     kept_t32: torch.Tensor
+    #: the kept dims, checked once, for the one-pass quantization of a call
+    kept: cpu_ext.KeptDims
 
     def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
         return cpu_ext.packed_columns(self.packed, self.out_features, self.in_features, cols)
@@ -94,6 +98,7 @@ class CustomBackend(Backend):
             packed=cpu_ext.pack_weight(pw.int8),
             bias_f32=bias.float().contiguous() if bias is not None else None,
             kept_t32=pw.kept_values.float().T.contiguous(),
+            kept=cpu_ext.kept_dims(pw.kept_rows, pw.in_features),
         )
 
     def quantize(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
@@ -106,7 +111,12 @@ class CustomBackend(Backend):
         mask = None
         cols = torch.zeros(0, dtype=torch.int64)
         if cfg.decomposition:
-            mask = cpu_ext.detect_outliers(x, cfg.alpha, cfg.outlier_cmp.inclusive)
+            ge = cfg.outlier_cmp.inclusive
+            if isinstance(pw, PackedWeight):  # every outlier in the kept dims: one pass over x
+                one_pass = cpu_ext.quantize_kept(x, pw.kept, cfg.alpha, ge)
+                if one_pass is not None:
+                    return QuantizedActivation(one_pass[0], one_pass[1], pw.kept.cols, one_pass[2])
+            mask = cpu_ext.detect_outliers(x, cfg.alpha, ge)
             if pw.kept_rows.numel():
                 mask[pw.kept_rows] = True
             cols = mask.nonzero().flatten()
@@ -131,7 +141,10 @@ class CustomBackend(Backend):
         if cols.numel() == 0:
             return None
         values = qa.outlier_values.float().contiguous()
-        if isinstance(pw, PackedWeight) and torch.equal(cols, pw.kept_rows):
+        kept = isinstance(pw, PackedWeight) and (
+            cols is pw.kept_rows or torch.equal(cols, pw.kept_rows)
+        )
+        if kept:
             return values, pw.kept_t32
         w_rows = quant.outlier_weight_rows(pw, cols, torch.float32)  # (n, c)
         return values, w_rows.T.contiguous()
