@@ -59,6 +59,19 @@ def test_quantize_rows(benchmark):
     benchmark(cpu_ext.quantize_rows, x, mask, cols)
 
 
+def test_quantize_kept(benchmark):
+    """The one pass of a call whose outliers are all in the kept dims (a calibrated layer)."""
+    x = _activations()
+    mask = cpu_ext.detect_outliers(x, 6.0, False)
+    kept = cpu_ext.kept_dims(mask.nonzero().flatten(), K)
+    got = cpu_ext.quantize_kept(x, kept, 6.0, False)
+    assert got is not None
+    ref = cpu_ext.quantize_rows(x, mask, kept.cols)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+    _info(benchmark, outlier_cols=kept.cols.numel(), bytes_read=x.numel() * x.element_size())
+    benchmark(cpu_ext.quantize_kept, x, kept, 6.0, False)
+
+
 def test_gemm(benchmark):
     a, w = _int8(M, K, 1), _int8(N, K, 2)
     packed = cpu_ext.pack_weight(w)
