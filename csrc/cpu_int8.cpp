@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -329,6 +330,32 @@ int quantize_kept(const void* x, DType dt, int64_t m, int64_t k, float alpha, bo
   return kQuantized;
 }
 
+// A whole llm_int8 (or vectorwise: c = 0, alpha = inf) layer in one call when the outlier
+// columns are the kept dims: quantize_kept's pass into scratch that lives for the call, then the
+// GEMM with the dequantization and the outlier product (x[:, cols] in float32 times kept_t32,
+// the kept dims' weights, (c, n) float32) fused into its tiles. The numbers of the stages bit for
+// bit; one call instead of several, each of which allocates and, between two calls of a layer
+// with other work in between, runs from cold caches. Returns what quantize_kept returns; out is
+// written only with kQuantized.
+int linear_kept(const void* x, DType dt, int64_t m, int64_t k, float alpha, bool ge,
+                const int64_t* cols, int64_t c, const float* kept_t32, const int8_t* packed,
+                int64_t n, const float* col_absmax, const float* bias, void* out, DType out_dt) {
+  std::unique_ptr<int8_t[]> q(new int8_t[static_cast<size_t>(m * k)]);
+  std::unique_ptr<float[]> absmax(new float[static_cast<size_t>(m)]);
+  std::unique_ptr<char[]> vals(new char[static_cast<size_t>(m * c) * kb::dtype_size(dt)]);
+  const int status =
+      quantize_kept(x, dt, m, k, alpha, ge, cols, c, q.get(), absmax.get(), vals.get());
+  if (status != kQuantized || m == 0) return status;
+  std::vector<float> outlier_x(static_cast<size_t>(m * c));
+  for (int64_t i = 0; i < m * c; ++i) outlier_x[i] = kb::load_scalar(vals.get(), dt, i);
+  const kb::DequantArgs args{absmax.get(), col_absmax, bias, c ? outlier_x.data() : nullptr,
+                             c ? kept_t32 : nullptr, c};
+  std::vector<float> col_scale;
+  const kb::Epilogue ep = kb::make_epilogue(args, n, out, out_dt, col_scale);
+  g_kernels->gemm_s8s8s32(q.get(), m, k, packed, n, nullptr, &ep);
+  return kQuantized;
+}
+
 template <typename T>
 T* ptr(uintptr_t p) {
   return reinterpret_cast<T*>(p);
@@ -388,6 +415,16 @@ PYBIND11_MODULE(_cpu, m) {
     return quantize_kept(ptr<const void>(x), d, m, k, alpha, ge, ptr<const int64_t>(cols), c,
                          ptr<int8_t>(q), ptr<float>(absmax), ptr<void>(vals));
   }, "0: x is not finite; 1: quantized, the outliers all in cols; 2: an outlier outside cols.");
+  m.def("linear_kept", [](uintptr_t x, int dt, int64_t m, int64_t k, float alpha, bool ge,
+                          uintptr_t cols, int64_t c, uintptr_t kept_t32, uintptr_t packed,
+                          int64_t n, uintptr_t col_absmax, uintptr_t bias, uintptr_t out,
+                          int out_dt) {
+    const DType d = to_dtype(dt), od = to_dtype(out_dt);
+    py::gil_scoped_release nogil;
+    return linear_kept(ptr<const void>(x), d, m, k, alpha, ge, ptr<const int64_t>(cols), c,
+                       ptr<const float>(kept_t32), ptr<const int8_t>(packed), n,
+                       ptr<const float>(col_absmax), ptr<const float>(bias), ptr<void>(out), od);
+  }, "quantize_kept + the fused GEMM in one call; the same return codes.");
   m.def("gemm_s8s8s32", [](uintptr_t a, int64_t m, int64_t k, uintptr_t packed, int64_t n,
                            uintptr_t c) {
     py::gil_scoped_release nogil;

@@ -186,7 +186,7 @@ def quantize_kept(
     _check_cpu(x)
     code = _float_code(x.dtype, "x")
     if x.dim() != 2 or x.shape[1] != kept.k:
-        raise InputError(f"x must be (m, {kept.k}), got {tuple(x.shape)}")
+        raise InputError(f"shape mismatch: x is {tuple(x.shape)}, must be (m, {kept.k})")
     m, k = x.shape
     c = kept.cols.numel()
     _sync_threads()
@@ -209,6 +209,82 @@ def quantize_kept(
     if status == 0:
         raise InputError("x contains NaN/Inf; quantization needs finite input")
     return (q, amax, vals) if status == 1 else None
+
+
+@dataclass(frozen=True)
+class KeptLinear:
+    """A layer's weight-side operands of :func:`linear_kept`, checked once (:func:`kept_linear`):
+    the kept dims, the packed int8 weights (n, k), the column absmax (n,) and bias (n,) in
+    float32, the kept dims' weights transposed, (c, n) float32, and the output dtype."""
+
+    kept: KeptDims
+    packed: torch.Tensor
+    n: int
+    col_absmax: torch.Tensor
+    bias_f32: torch.Tensor | None
+    kept_t32: torch.Tensor
+    out_dtype: torch.dtype
+
+
+def kept_linear(
+    kept: KeptDims,
+    packed: torch.Tensor,
+    n: int,
+    col_absmax: torch.Tensor,
+    bias_f32: torch.Tensor | None,
+    kept_t32: torch.Tensor,
+    out_dtype: torch.dtype,
+) -> KeptLinear:
+    _check_cpu(packed, col_absmax, kept_t32)
+    _check_packed(packed, n, kept.k)
+    if col_absmax.dtype != torch.float32 or col_absmax.shape != (n,):
+        raise InputError(f"column absmax must be float32 of shape ({n},)")
+    if bias_f32 is not None:
+        _check_cpu(bias_f32)
+        if bias_f32.dtype != torch.float32 or bias_f32.shape != (n,):
+            raise InputError(f"bias must be float32 of shape ({n},)")
+    c = kept.cols.numel()
+    if kept_t32.dtype != torch.float32 or kept_t32.shape != (c, n):
+        raise InputError(f"kept weights must be float32 (c, n) = ({c}, {n})")
+    _float_code(out_dtype, "out")
+    return KeptLinear(kept, packed, n, col_absmax, bias_f32, kept_t32, out_dtype)
+
+
+def linear_kept(x: torch.Tensor, layer: KeptLinear, alpha: float, ge: bool) -> torch.Tensor | None:
+    """The whole layer in one call when ``x``'s outlier columns are the kept dims:
+    :func:`quantize_kept`, then :func:`linear` with the dequantization and the outlier product
+    (x[:, kept.cols] in float32 times ``kept_t32``), the same numbers bit for bit. ``None`` when
+    some other column has a value beyond ``alpha`` (the caller then detects); ``alpha = inf``
+    with no kept dims is vectorwise quantization."""
+    _check_cpu(x)
+    code = _float_code(x.dtype, "x")
+    kept = layer.kept
+    if x.dim() != 2 or x.shape[1] != kept.k:
+        raise InputError(f"shape mismatch: x is {tuple(x.shape)}, must be (m, {kept.k})")
+    m, k = x.shape
+    c = kept.cols.numel()
+    _sync_threads()
+    out = _empty_output((m, layer.n), layer.out_dtype)
+    status = _ext.linear_kept(
+        x.data_ptr(),
+        code,
+        m,
+        k,
+        float(alpha),
+        ge,
+        kept.cols.data_ptr() if c else 0,
+        c,
+        layer.kept_t32.data_ptr() if c else 0,
+        layer.packed.data_ptr(),
+        layer.n,
+        layer.col_absmax.data_ptr(),
+        layer.bias_f32.data_ptr() if layer.bias_f32 is not None else 0,
+        out.data_ptr(),
+        _DTYPE_CODE[layer.out_dtype],
+    )
+    if status == 0:
+        raise InputError("x contains NaN/Inf; quantization needs finite input")
+    return out if status == 1 else None
 
 
 def _check_gemm_operands(a: torch.Tensor, packed: torch.Tensor, n: int) -> tuple[int, int]:

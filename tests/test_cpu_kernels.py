@@ -365,6 +365,84 @@ def test_custom_linear_is_its_stages(make_outliers, make_randn):
     assert torch.equal(custom.linear(x, pw, cfg), staged)
 
 
+def staged_linear(custom, x, pw, cfg):
+    """The layer stage by stage: quantize, the outlier operands, the fused GEMM."""
+    qa = custom.quantize(x, pw, cfg)
+    dq = custom._dequant(qa, pw, custom.outlier_product(qa, pw))
+    return cpu_ext.linear(qa.int8, pw.packed, pw.out_features, dq)
+
+
+@pytest.mark.parametrize("m", [0, 1, 7, 70])  # m * k below and above kSerialElems (2^16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_one_call_layer_gives_the_numbers_of_the_stages(
+    isa_restored, make_outliers, make_randn, m, dtype
+):
+    """llm_int8 with every outlier in the kept dims, and vectorwise: the one extension call
+    (``cpu_ext.linear_kept``) writes the stages' output bit for bit, with and without bias; with
+    an outlier dim not kept it declines (None) and the layer takes the stages."""
+    custom = get_backend("custom")
+    k, n = 1001, 37
+    x, dims = make_outliers(max(m, 1), k, n_outlier_dims=5)
+    x = x[:m].to(dtype)
+    w, bias = make_randn(n, k).to(dtype), make_randn(n).to(dtype)
+    llm, vectorwise = QuantConfig(), QuantConfig(alpha=0.0)
+    for isa in kernel_sets_here():
+        cpu_ext.set_isa(isa)
+        for b in (bias, None):
+            for cfg, kept in ((llm, dims), (vectorwise, None)):
+                pw = custom.prepare_weight(w, b, cfg, kept)
+                alpha = cfg.alpha if cfg.decomposition else float("inf")
+                one = cpu_ext.linear_kept(x, pw.one_call, alpha, False)
+                staged = staged_linear(custom, x, pw, cfg)
+                assert one is not None and torch.equal(bits(one), bits(staged)), (isa, cfg)
+                assert torch.equal(bits(custom.linear(x, pw, cfg)), bits(staged)), (isa, cfg)
+            if m:
+                fewer = custom.prepare_weight(w, b, llm, dims[1:])
+                assert cpu_ext.linear_kept(x, fewer.one_call, llm.alpha, False) is None, isa
+                staged = staged_linear(custom, x, fewer, llm)
+                assert torch.equal(bits(custom.linear(x, fewer, llm)), bits(staged)), isa
+
+
+def test_one_call_layer_checks_its_operands(make_outliers, make_randn):
+    custom = get_backend("custom")
+    x, dims = make_outliers(3, 64)
+    w = make_randn(20, 64).bfloat16()
+    cfg = QuantConfig()
+    pw = custom.prepare_weight(w, None, cfg, dims)
+    bad = x.bfloat16().clone()
+    bad[1, 2] = float("inf")
+    with pytest.raises(InputError, match="NaN/Inf"):
+        custom.linear(bad, pw, cfg)
+    with pytest.raises(InputError, match="shape mismatch"):
+        cpu_ext.linear_kept(x[:, :63].contiguous(), pw.one_call, cfg.alpha, False)
+    one = pw.one_call
+    with pytest.raises(InputError, match="column absmax"):
+        cpu_ext.kept_linear(
+            one.kept, one.packed, 20, one.col_absmax.double(), None, one.kept_t32, torch.bfloat16
+        )
+    with pytest.raises(InputError, match="kept weights"):
+        cpu_ext.kept_linear(
+            one.kept,
+            one.packed,
+            20,
+            one.col_absmax,
+            None,
+            one.kept_t32[:, :19].contiguous(),
+            torch.bfloat16,
+        )
+    with pytest.raises(InputError, match="packed"):
+        cpu_ext.kept_linear(
+            one.kept, one.packed, 40, one.col_absmax, None, one.kept_t32, torch.bfloat16
+        )
+    # kept dims given unsorted: no one-call operands (its kept weights follow their order), the
+    # stages compute the layer
+    shuffled = custom.prepare_weight(w, None, cfg, dims.flip(0))
+    assert shuffled.one_call is None
+    assert torch.equal(
+        custom.linear(x.bfloat16(), shuffled, cfg), custom.linear(x.bfloat16(), pw, cfg)
+    )
+
+
 @pytest.mark.parametrize("m", [1, 8])
 def test_outlier_product_reads_the_kept_dims_from_the_prepared_weight(make_outliers, make_randn, m):
     """When a call's outlier columns are exactly the kept dims (a decode step of the layer the

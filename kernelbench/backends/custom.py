@@ -16,6 +16,7 @@ the backend has been seen to compute right.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,9 @@ class PackedWeight(PreparedWeight):
     kept_t32: torch.Tensor
     #: the kept dims, checked once, for the one-pass quantization of a call
     kept: cpu_ext.KeptDims
+    #: the operands of the one-call layer (:func:`cpu_ext.linear_kept`); ``None`` when the kept
+    #: dims were not given sorted and unique (``kept_t32`` is in their order)
+    one_call: cpu_ext.KeptLinear | None
 
     def int8_columns(self, cols: torch.Tensor) -> torch.Tensor:
         return cpu_ext.packed_columns(self.packed, self.out_features, self.in_features, cols)
@@ -91,14 +95,24 @@ class CustomBackend(Backend):
             # int8 (n, k) row-major is the layout the cuBLASLt "TN" GEMM reads (zero-padded to
             # multiples of 16 where needed)
             return _CUDA.prepare(pw)
+        packed = cpu_ext.pack_weight(pw.int8)
+        bias_f32 = bias.float().contiguous() if bias is not None else None
+        kept_t32 = pw.kept_values.float().T.contiguous()
+        kept = cpu_ext.kept_dims(pw.kept_rows, pw.in_features)
+        one_call = None
+        if kept.cols is pw.kept_rows:
+            one_call = cpu_ext.kept_linear(
+                kept, packed, pw.out_features, pw.absmax, bias_f32, kept_t32, pw.dtype
+            )
         return PackedWeight.extend(
             pw,
             int8=None,  # the packed copy is the only one kept: one byte per weight
             bias=None,
-            packed=cpu_ext.pack_weight(pw.int8),
-            bias_f32=bias.float().contiguous() if bias is not None else None,
-            kept_t32=pw.kept_values.float().T.contiguous(),
-            kept=cpu_ext.kept_dims(pw.kept_rows, pw.in_features),
+            packed=packed,
+            bias_f32=bias_f32,
+            kept_t32=kept_t32,
+            kept=kept,
+            one_call=one_call,
         )
 
     def quantize(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
@@ -108,15 +122,19 @@ class CustomBackend(Backend):
             raise InputError(
                 f"shape mismatch: x is {tuple(x.shape)}, layer in_features={pw.in_features}"
             )
+        if cfg.decomposition and isinstance(pw, PackedWeight):
+            # every outlier in the kept dims: one pass over x
+            one_pass = cpu_ext.quantize_kept(x, pw.kept, cfg.alpha, cfg.outlier_cmp.inclusive)
+            if one_pass is not None:
+                return QuantizedActivation(one_pass[0], one_pass[1], pw.kept.cols, one_pass[2])
+        return self._quantize_detected(x, pw, cfg)
+
+    def _quantize_detected(self, x, pw, cfg: QuantConfig) -> QuantizedActivation:
+        """CPU: outlier columns detected first, then quantized with them."""
         mask = None
         cols = torch.zeros(0, dtype=torch.int64)
         if cfg.decomposition:
-            ge = cfg.outlier_cmp.inclusive
-            if isinstance(pw, PackedWeight):  # every outlier in the kept dims: one pass over x
-                one_pass = cpu_ext.quantize_kept(x, pw.kept, cfg.alpha, ge)
-                if one_pass is not None:
-                    return QuantizedActivation(one_pass[0], one_pass[1], pw.kept.cols, one_pass[2])
-            mask = cpu_ext.detect_outliers(x, cfg.alpha, ge)
+            mask = cpu_ext.detect_outliers(x, cfg.alpha, cfg.outlier_cmp.inclusive)
             if pw.kept_rows.numel():
                 mask[pw.kept_rows] = True
             cols = mask.nonzero().flatten()
@@ -152,10 +170,19 @@ class CustomBackend(Backend):
     def linear(self, x, pw, cfg: QuantConfig) -> torch.Tensor:
         """CPU: quantize, then the GEMM with the dequantization (scales, bias, the outlier
         product) fused into its tiles: the same numbers as the stages, no int32 product in
-        memory."""
+        memory. When the kept dims hold every outlier of the call, all of it is one extension
+        call (:func:`cpu_ext.linear_kept`)."""
         if self._is_cuda(x):
             return super().linear(x, pw, cfg)
-        qa = self.quantize(x, pw, cfg)
+        one_call = pw.one_call if isinstance(pw, PackedWeight) else None
+        if one_call is not None and (cfg.decomposition or not pw.kept_rows.numel()):
+            alpha = cfg.alpha if cfg.decomposition else math.inf  # inf: vectorwise
+            y = cpu_ext.linear_kept(x, one_call, alpha, cfg.outlier_cmp.inclusive)
+            if y is not None:
+                return y
+            qa = self._quantize_detected(x, pw, cfg)  # an outlier outside the kept dims
+        else:
+            qa = self.quantize(x, pw, cfg)
         outlier = self.outlier_product(qa, pw)
         return cpu_ext.linear(qa.int8, pw.packed, pw.out_features, self._dequant(qa, pw, outlier))
 
