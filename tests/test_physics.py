@@ -162,6 +162,38 @@ def test_wide_intervals_are_flagged_and_get_an_extra_round():
     assert followup_items(rows, env, items, 2, budget_s=0.6, row_budget_s=0.5) == [extra]
 
 
+def test_extra_rounds_serve_rows_within_reach_of_the_target_first():
+    """Two wide cells and a budget for one: the row at the target's edge gets the extra round
+    though its cell costs more; the row ten times wider gets what budget is left."""
+    from kernelbench.cases import load_case
+    from kernelbench.harness import RunOptions, plan
+
+    env = {"ci_target": 0.05}
+    near = [2.0 + 0.1 * ((i % 5) - 2) for i in range(15)]  # half-width 5%: just wide
+    rows = [baseline(), row("int8_raw", [1.0, 2.0, 3.0, 1.5, 2.5])]  # half-width 50%
+    rows += [
+        row(
+            "fp16",
+            [],
+            backend="torch",
+            raw_ms=[100.0] * 3,
+            paired=False,
+            median_ms=100.0,
+            tokens=256,
+        ),
+        row("int8_raw", near, base_ms=100.0, tokens=256),
+    ]
+    pooled = {r.tokens: r for r in pooled_rows(rows, env) if r.method == "int8_raw"}
+    assert pooled[256].ci_wide and pooled[M].ci_wide
+    items = plan(load_case("gpt3"), RunOptions(sizes=(768,), tokens=(256, M), rounds=1))
+    (only,) = followup_items(rows, env, items, 1, budget_s=0.16)
+    assert only.tokens == 256
+    both = followup_items(rows, env, items, 1, budget_s=1.0)
+    assert [i.tokens for i in both] == [256, M]
+    # without a budget every wide row gets its round, as before
+    assert len(followup_items(rows, env, items, 1)) == 2
+
+
 def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
     """A series is tried smallest shape first; once its rate is known, a shape whose call would
     exceed PEAK_MAX_CALL_S is not called (torch's bf16 GEMM on an AVX2 CPU: ~17 GFLOP/s)."""
