@@ -29,6 +29,9 @@ _DTYPE_CODE = (
 )
 
 
+NONFINITE_X = "x contains NaN/Inf; quantization needs finite input"
+
+
 def available() -> bool:
     return _ext is not None
 
@@ -118,7 +121,7 @@ def detect_outliers(x: torch.Tensor, alpha: float, ge: bool) -> torch.Tensor:
     if not _ext.detect_outliers(
         x.data_ptr(), code, x.shape[0], x.shape[1], float(alpha), ge, mask.data_ptr()
     ):
-        raise InputError("x contains NaN/Inf; quantization needs finite input")
+        raise InputError(NONFINITE_X)
     return mask.view(torch.bool)
 
 
@@ -151,7 +154,7 @@ def quantize_rows(x: torch.Tensor, mask: torch.Tensor | None, cols: torch.Tensor
         vals.data_ptr() if c else 0,
     )
     if not ok:
-        raise InputError("x contains NaN/Inf; quantization needs finite input")
+        raise InputError(NONFINITE_X)
     return q, amax, vals
 
 
@@ -176,6 +179,24 @@ def kept_dims(cols: torch.Tensor, k: int) -> KeptDims:
     return KeptDims(cols if torch.equal(unique, cols) else unique, k)
 
 
+def _kept_operands(x: torch.Tensor, kept: KeptDims) -> tuple[int, int, int, int]:
+    """Check ``x`` for a call with the kept dims ``kept``; (dtype code, m, k, c)."""
+    _check_cpu(x)
+    code = _float_code(x.dtype, "x")
+    if x.dim() != 2 or x.shape[1] != kept.k:
+        raise InputError(f"shape mismatch: x is {tuple(x.shape)}, must be (m, {kept.k})")
+    _sync_threads()
+    return code, x.shape[0], kept.k, kept.cols.numel()
+
+
+def _kept_quantized(status: int) -> bool:
+    """The extension's answer to a kept-dims call (csrc/cpu_int8.cpp, KeptQuantization): 0 x
+    not finite (raised), 1 quantized, 2 an outlier outside the kept dims."""
+    if status == 0:
+        raise InputError(NONFINITE_X)
+    return status == 1
+
+
 def quantize_kept(
     x: torch.Tensor, kept: KeptDims, alpha: float, ge: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
@@ -183,13 +204,7 @@ def quantize_kept(
     dims: (int8 (m, k) with ``kept.cols`` zeroed, row absmax (m,), x[:, kept.cols] (m, c)), the
     numbers of :func:`detect_outliers` + :func:`quantize_rows`. ``None`` when some other column
     has a value beyond ``alpha`` (``>=`` when ``ge``): the caller then detects the columns."""
-    _check_cpu(x)
-    code = _float_code(x.dtype, "x")
-    if x.dim() != 2 or x.shape[1] != kept.k:
-        raise InputError(f"shape mismatch: x is {tuple(x.shape)}, must be (m, {kept.k})")
-    m, k = x.shape
-    c = kept.cols.numel()
-    _sync_threads()
+    code, m, k, c = _kept_operands(x, kept)
     q = torch.empty((m, k), dtype=torch.int8)
     amax = torch.empty(m, dtype=torch.float32)
     vals = torch.empty((m, c), dtype=x.dtype)
@@ -206,9 +221,7 @@ def quantize_kept(
         amax.data_ptr(),
         vals.data_ptr() if c else 0,
     )
-    if status == 0:
-        raise InputError("x contains NaN/Inf; quantization needs finite input")
-    return (q, amax, vals) if status == 1 else None
+    return (q, amax, vals) if _kept_quantized(status) else None
 
 
 @dataclass(frozen=True)
@@ -256,14 +269,8 @@ def linear_kept(x: torch.Tensor, layer: KeptLinear, alpha: float, ge: bool) -> t
     (x[:, kept.cols] in float32 times ``kept_t32``), the same numbers bit for bit. ``None`` when
     some other column has a value beyond ``alpha`` (the caller then detects); ``alpha = inf``
     with no kept dims is vectorwise quantization."""
-    _check_cpu(x)
-    code = _float_code(x.dtype, "x")
     kept = layer.kept
-    if x.dim() != 2 or x.shape[1] != kept.k:
-        raise InputError(f"shape mismatch: x is {tuple(x.shape)}, must be (m, {kept.k})")
-    m, k = x.shape
-    c = kept.cols.numel()
-    _sync_threads()
+    code, m, k, c = _kept_operands(x, kept)
     out = _empty_output((m, layer.n), layer.out_dtype)
     status = _ext.linear_kept(
         x.data_ptr(),
@@ -282,9 +289,7 @@ def linear_kept(x: torch.Tensor, layer: KeptLinear, alpha: float, ge: bool) -> t
         out.data_ptr(),
         _DTYPE_CODE[layer.out_dtype],
     )
-    if status == 0:
-        raise InputError("x contains NaN/Inf; quantization needs finite input")
-    return out if status == 1 else None
+    return out if _kept_quantized(status) else None
 
 
 def _check_gemm_operands(a: torch.Tensor, packed: torch.Tensor, n: int) -> tuple[int, int]:
