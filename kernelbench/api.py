@@ -12,7 +12,9 @@ What may change only with a new :data:`API_VERSION`: the names below, the stage 
 from __future__ import annotations
 
 from kernelbench.backends.base import (
+    API_VERSION,
     OWN_VARIANT,
+    SUPPORTED_API_VERSIONS,
     Availability,
     Backend,
     Numerics,
@@ -23,12 +25,6 @@ from kernelbench.backends.base import (
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
-
-#: The backend API this kernelbench provides. A backend declaring a newer one is not loaded
-#: (it needs a newer kernelbench); one declaring an older one that is still listed in
-#: :data:`SUPPORTED_API_VERSIONS` is.
-API_VERSION = 1
-SUPPORTED_API_VERSIONS = (1,)
 
 __all__ = [
     "API_VERSION",

@@ -42,7 +42,7 @@ mkdir -p "$out"
 
 if ! base=$(kernelbench baseline path --device cpu 2>/dev/null); then
   echo "GATE SKIPPED: no committed baseline for this machine class ($(python3 -c \
-    'import torch; from kernelbench.env import device_class; print(device_class(torch.device("cpu")))'))"
+    'import torch; from kernelbench.run.env import device_class; print(device_class(torch.device("cpu")))'))"
   echo "(make one: 10 x 'kernelbench run --quick', 'kernelbench merge', 'kernelbench baseline update';"
   echo " measure its tolerance with scripts/gate_noise.py: docs/benchmarks.md)"
   exit 0

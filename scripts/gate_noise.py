@@ -29,9 +29,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from kernelbench.compare import LoadedRun, compare_loaded_runs
-from kernelbench.merge import merge_runs
-from kernelbench.results import KEY_COLUMNS
+from kernelbench.results.compare import LoadedRun, compare_loaded_runs
+from kernelbench.results.merge import merge_runs
+from kernelbench.results.schema import KEY_COLUMNS
 
 
 def merged(paths: list[Path]) -> LoadedRun:

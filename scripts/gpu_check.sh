@@ -146,7 +146,7 @@ import_modules() {
   python3 - "$dry" <<'EOF'
 import sys
 import torch
-from kernelbench import cuda_ext, cutlass_ext
+from kernelbench.kernels import cuda_ext, cutlass_ext
 dry = sys.argv[1] == "1"
 for name, ext in (("_cuda", cuda_ext), ("_cutlass", cutlass_ext)):
     why = ext.unavailable_reason()

@@ -54,7 +54,7 @@ time kernelbench run "${args[@]}" --device cpu --out "$out/local" --no-report
 python3 - "$out/local" "$out/ray" <<'EOF'
 import json, sys
 from pathlib import Path
-from kernelbench.results import KEY_COLUMNS, load_results
+from kernelbench.results.schema import KEY_COLUMNS, load_results
 
 local, ray_ = (load_results(p) for p in sys.argv[1:3])
 key = list(KEY_COLUMNS)

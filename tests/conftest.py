@@ -1,7 +1,7 @@
 """Shared fixtures: seeded random inputs, App. C-like outlier activations, the backend
 parametrization, and the documented tolerance of a backend against the float64 oracle.
 
-Tolerance: :func:`kernelbench.contract.oracle_tolerance` (derived and documented there; the
+Tolerance: :func:`kernelbench.backends.contract.oracle_tolerance` (derived and documented there; the
 same bound ``kernelbench check-backend`` holds a third-party backend to).
 """
 
@@ -10,15 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench import contract
-from kernelbench.backends import Backend, all_backends, get_backend
+from kernelbench.backends import Backend, all_backends, contract, get_backend
 from kernelbench.backends.base import Numerics
-from kernelbench.cases import load_case
-from kernelbench.contract import oracle_tolerance, outlier_activations, randn
+from kernelbench.backends.contract import oracle_tolerance, outlier_activations, randn
 from kernelbench.core import SkipKind, work_bytes, work_flops
-from kernelbench.env import device_class
-from kernelbench.peak import cache_path
-from kernelbench.results import ResultRow
+from kernelbench.results.schema import ResultRow
+from kernelbench.run.cases import load_case
+from kernelbench.run.env import device_class
+from kernelbench.run.peak import cache_path
 
 # --- the device's peaks ----------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from kernelbench.quant import QuantConfig
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Modules of kernelbench/backends that are not backends: the interface and helpers.
-BACKEND_HELPERS = {"base", "_peers", "custom_cuda"}
+BACKEND_HELPERS = {"base", "_peers", "custom_cuda", "plugins", "contract"}
 EXTENSIONS = ("kernelbench._cpu", "kernelbench._cuda", "kernelbench._cutlass")
 
 
@@ -39,7 +39,12 @@ def imported_after(*modules: str) -> set[str]:
 
 
 #: The readers of a run: they work where the benchmark's dependencies are not installed.
-READERS = ("kernelbench.report", "kernelbench.compare", "kernelbench.console", "kernelbench.merge")
+READERS = (
+    "kernelbench.report",
+    "kernelbench.results.compare",
+    "kernelbench.report.console",
+    "kernelbench.results.merge",
+)
 
 
 def test_readers_do_not_import_torch():
@@ -49,7 +54,7 @@ def test_readers_do_not_import_torch():
     assert not {m for m in loaded if m.startswith("kernelbench.backends")}
 
 
-@pytest.mark.parametrize("module", ["kernelbench.oracle", "kernelbench.env"])
+@pytest.mark.parametrize("module", ["kernelbench.oracle", "kernelbench.run.env"])
 def test_lower_layers_import_no_backend_and_no_extension(module):
     """The oracle judges the backends and env.json describes the machine: neither needs a
     backend or a kernel extension."""
@@ -124,8 +129,9 @@ def test_adding_a_backend_is_one_module_plus_one_registry_line(
 
 
 def test_the_harness_measures_a_registered_toy_backend(toy_registered):
-    from kernelbench.cases import load_case
-    from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.cell import measure_cell
+    from kernelbench.run.plan import CallEstimator, RunOptions, plan
 
     tiny = dataclasses.replace(RunOptions().timer, budget_s=0.01, warmup_s=0.0, min_samples=1)
     opts = RunOptions(
@@ -237,11 +243,11 @@ def test_rows_reach_every_reader(tmp_path, row_factory):
     (the end of the pipeline, without torch backends in the loop)."""
     from rich.console import Console
 
-    from kernelbench.compare import compare_runs
-    from kernelbench.console import print_tables
     from kernelbench.report import write_report
-    from kernelbench.results import ResultsWriter
-    from kernelbench.view import load_view
+    from kernelbench.report.console import print_tables
+    from kernelbench.results.compare import compare_runs
+    from kernelbench.results.schema import ResultsWriter
+    from kernelbench.results.view import load_view
 
     writer = ResultsWriter(tmp_path)
     for row in (
@@ -270,9 +276,9 @@ def test_tables_warn_when_fp32_beats_the_sixteen_bit_baseline(
     then overstates int8's gain over the fastest float path."""
     from rich.console import Console
 
-    from kernelbench.console import print_tables
-    from kernelbench.results import ResultsWriter
-    from kernelbench.view import load_view
+    from kernelbench.report.console import print_tables
+    from kernelbench.results.schema import ResultsWriter
+    from kernelbench.results.view import load_view
 
     writer = ResultsWriter(tmp_path)
     for row in (

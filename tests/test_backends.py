@@ -9,10 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kernelbench import cpu_ext, oracle
+from kernelbench import oracle
 from kernelbench.backends import all_backends, get_backend
 from kernelbench.cli import app
 from kernelbench.core import METHODS, STAGES
+from kernelbench.kernels import cpu_ext
 from kernelbench.quant import QuantConfig
 
 BF16 = torch.bfloat16

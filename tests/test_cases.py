@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 from conftest import make_row
 
-from kernelbench.cases import load_case
 from kernelbench.checks import InputError
-from kernelbench.harness import ALL_LAYERS, RunOptions, plan
-from kernelbench.results import ResultRow
-from kernelbench.view import block_rows
+from kernelbench.results.schema import ResultRow
+from kernelbench.results.view import block_rows
+from kernelbench.run.cases import load_case
+from kernelbench.run.plan import ALL_LAYERS, RunOptions, plan
 
 
 def test_gpt3_default_sweep_has_decode_and_prefill_tokens():
@@ -105,8 +105,8 @@ def test_block_row_sums_the_layers_and_weighs_their_speedups_by_time():
 def test_quick_profile_sizes_fall_back_to_what_the_case_has():
     from pathlib import Path
 
-    from kernelbench import profiles
-    from kernelbench.sweep import RunRequest, _sizes
+    from kernelbench.cli.sweep import RunRequest, _sizes
+    from kernelbench.run import profiles
 
     def request(case: str, dims=None) -> RunRequest:
         chosen = profiles.resolve("quick", sizes=dims)

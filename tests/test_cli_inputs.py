@@ -18,8 +18,8 @@ import torch
 from typer.testing import CliRunner
 
 from kernelbench.cli import app
-from kernelbench.compare import Comparison, RowComparison, render
-from kernelbench.results import ENV_FILE, RESULTS_FILE, SETTINGS_KEY, ResultsWriter
+from kernelbench.results.compare import Comparison, RowComparison, render
+from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SETTINGS_KEY, ResultsWriter
 
 runner = CliRunner()
 TINY = ["--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods", "fp16"]
@@ -216,7 +216,7 @@ def test_data_is_not_read_as_markup_or_html(previous: Path):
 
 
 def test_an_earlier_run_is_moved_aside_not_deleted(previous: Path, monkeypatch):
-    from kernelbench import results
+    from kernelbench.results import schema as results
 
     old = (previous / RESULTS_FILE).read_bytes()
     moved = results.move_aside(previous)
@@ -231,7 +231,8 @@ def test_help_is_light_and_plain():
     code = "import sys, kernelbench.cli; print('torch' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
-    from kernelbench import cases, cli
+    from kernelbench.cli import commands as cli
+    from kernelbench.run import cases
 
     assert cli.DISTRIBUTIONS == cases.DISTRIBUTIONS
     result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
@@ -243,7 +244,7 @@ def test_help_is_light_and_plain():
 
 
 def test_an_installed_package_reports_the_commit_it_was_built_from(tmp_path: Path, monkeypatch):
-    from kernelbench.env import BUILD_COMMIT_FILE, git_commit
+    from kernelbench.run.env import BUILD_COMMIT_FILE, git_commit
 
     monkeypatch.delenv("KERNELBENCH_GIT_COMMIT", raising=False)
     package = tmp_path / "site-packages" / "kernelbench"
@@ -257,7 +258,7 @@ def test_an_installed_package_reports_the_commit_it_was_built_from(tmp_path: Pat
 
 
 def test_explicit_flags_win_over_a_profile():
-    from kernelbench.profiles import resolve
+    from kernelbench.run.profiles import resolve
 
     quick = resolve("quick")
     assert quick.rounds == 1 and quick.error_rows == 256 and quick.sizes == (768, 1024, 2048)

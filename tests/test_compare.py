@@ -1,5 +1,5 @@
-"""The regression gate (kernelbench.compare) and kept baselines (kernelbench.baseline), on
-synthetic runs built from ResultRow."""
+"""The regression gate (kernelbench.results.compare) and kept baselines
+(kernelbench.results.baseline), on synthetic runs built from ResultRow."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench.baseline import BaselineError, find_baseline, sanitize, update_baseline
-from kernelbench.compare import ERROR_EPS, compare_runs, render
-from kernelbench.results import ENV_FILE, RESULTS_FILE, ResultRow
+from kernelbench.results.baseline import BaselineError, find_baseline, sanitize, update_baseline
+from kernelbench.results.compare import ERROR_EPS, compare_runs, render
+from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, ResultRow
 
 DEVICE_CLASS = "cpu-avx2-2core"
 

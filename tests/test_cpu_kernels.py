@@ -9,9 +9,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernelbench import cpu_ext, oracle, quant
+from kernelbench import oracle, quant
 from kernelbench.backends import get_backend
 from kernelbench.checks import InputError
+from kernelbench.kernels import cpu_ext
 from kernelbench.quant import QuantConfig
 
 KERNEL_SETS = ("scalar", "avx2", "avx512vnni")

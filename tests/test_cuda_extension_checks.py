@@ -11,11 +11,12 @@ import contextlib
 import pytest
 import torch
 
-from kernelbench import cuda_ext, cutlass_ext, quant
+from kernelbench import quant
 from kernelbench.backends import all_backends, get_backend
 from kernelbench.backends.base import Availability
 from kernelbench.backends.custom_cuda import CustomCudaOps
 from kernelbench.checks import InputError
+from kernelbench.kernels import cuda_ext, cutlass_ext
 from kernelbench.quant import DEQUANT_CONSTANT, QuantConfig
 
 # --- kernelbench._cuda: argument checks, recorded calls -------------------------------------

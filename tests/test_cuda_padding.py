@@ -1,4 +1,4 @@
-"""Any shape on every CUDA int8 path: zero padding of k and n (kernelbench.padding), on CPU.
+"""Any shape on every CUDA int8 path: zero padding of k and n (kernelbench.kernels.padding), on CPU.
 
 The CUDA kernels cannot run here, so each backend's GEMM (cuBLASLt, CUTLASS, ``torch._int_mm``)
 is replaced by a CPU stand-in that enforces the kernel's own shape rule (k, n multiples of 16 or
@@ -13,12 +13,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench import cuda_ext, cutlass_ext, oracle, padding, quant
+from kernelbench import oracle, quant
 from kernelbench.backends import get_backend
 from kernelbench.backends.base import Availability, method_config
 from kernelbench.backends.cublaslt import CublasLtBackend
 from kernelbench.backends.custom_cuda import CustomCudaOps
 from kernelbench.backends.cutlass import CutlassBackend, CutlassWeight
+from kernelbench.kernels import cuda_ext, cutlass_ext, padding
 from kernelbench.quant import QuantConfig
 
 CUDA = torch.device("cuda")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench import cuda_ext, cutlass_ext, oracle, quant
+from kernelbench import oracle, quant
 from kernelbench.checks import InputError
+from kernelbench.kernels import cuda_ext, cutlass_ext
 from kernelbench.quant import DEQUANT_CONSTANT
 
 pytestmark = pytest.mark.gpu

@@ -12,14 +12,15 @@ from typer.testing import CliRunner
 
 from kernelbench.backends import all_backends
 from kernelbench.backends.base import Availability, Backend
-from kernelbench.cases import load_activation_file, load_case, make_inputs, outlier_activations
 from kernelbench.checks import InputError
 from kernelbench.cli import app
-from kernelbench.executors import get_executor
-from kernelbench.harness import RunOptions, measure_cell, method_pairs, plan
-from kernelbench.measure import TimerSettings
+from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import outlier_columns
-from kernelbench.results import KEY_COLUMNS, ResultsWriter, load_results, read_rows
+from kernelbench.results.schema import KEY_COLUMNS, ResultsWriter, load_results, read_rows
+from kernelbench.run.cases import load_activation_file, load_case, make_inputs, outlier_activations
+from kernelbench.run.cell import measure_cell
+from kernelbench.run.executors import get_executor
+from kernelbench.run.plan import RunOptions, method_pairs, plan
 from kernelbench.statistics import stats
 
 TINY_TIMER = TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1)
@@ -136,7 +137,7 @@ def test_measure_cell_rows_have_baselines_errors_and_memory():
     case = load_case("gpt3")
     opts = tiny_opts()
     (item,) = plan(case, opts)
-    from kernelbench.harness import CallEstimator
+    from kernelbench.run.plan import CallEstimator
 
     rows = list(measure_cell(item, case, opts, CallEstimator()))
     assert [(r.backend, r.method) for r in rows[:2]] == [("torch", "fp16"), ("torch", "fp32")]
@@ -180,7 +181,8 @@ class _ExplodingBackend(Backend):
 def test_a_failing_backend_is_a_failed_row_and_the_sweep_goes_on(monkeypatch, tmp_path):
     backends = dict(all_backends())
     backends["exploding"] = _ExplodingBackend()
-    monkeypatch.setattr("kernelbench.harness.all_backends", lambda: backends)
+    monkeypatch.setattr("kernelbench.run.cell.all_backends", lambda: backends)
+    monkeypatch.setattr("kernelbench.run.plan.all_backends", lambda: backends)
     case = load_case("gpt3")
     opts = tiny_opts(backends=("exploding", "torch"), methods=("fp16", "int8_raw"))
     writer = ResultsWriter(tmp_path)
@@ -219,11 +221,12 @@ class _FlakyBackend(Backend):
 def test_a_row_failing_in_the_cycles_is_failed_and_its_cell_goes_on(monkeypatch):
     backends = dict(all_backends())
     backends["flaky"] = _FlakyBackend()
-    monkeypatch.setattr("kernelbench.harness.all_backends", lambda: backends)
+    monkeypatch.setattr("kernelbench.run.cell.all_backends", lambda: backends)
+    monkeypatch.setattr("kernelbench.run.plan.all_backends", lambda: backends)
     case = load_case("gpt3")
     opts = tiny_opts(backends=("torch", "flaky"), methods=("fp16", "int8_raw"))
     (item,) = plan(case, opts)
-    from kernelbench.harness import CallEstimator
+    from kernelbench.run.plan import CallEstimator
 
     by = {(r.backend, r.method): r for r in measure_cell(item, case, opts, CallEstimator())}
     assert by[("flaky", "int8_raw")].status == "failed"
@@ -233,7 +236,7 @@ def test_a_row_failing_in_the_cycles_is_failed_and_its_cell_goes_on(monkeypatch)
 
 
 def test_later_rounds_skip_the_first_call_of_a_long_row_only(monkeypatch):
-    from kernelbench import harness
+    from kernelbench.run import cell as harness
 
     case = load_case("gpt3")
     opts = tiny_opts(methods=("fp16", "int8_raw"), backends=("torch",), rounds=2)
@@ -283,7 +286,7 @@ def test_torn_last_line_is_ignored_and_bad_schema_refused(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "results.jsonl").write_text(json.dumps({"schema_version": 99}) + "\n")
-    from kernelbench.results import SchemaError
+    from kernelbench.results.schema import SchemaError
 
     with pytest.raises(SchemaError, match="schema_version"):
         load_results(bad)
@@ -355,7 +358,7 @@ def test_resume_retries_rows_skipped_over_budget(tmp_path, row_factory):
 def test_git_commit_is_the_package_checkouts_or_none(tmp_path, monkeypatch):
     import subprocess
 
-    from kernelbench.env import git_commit
+    from kernelbench.run.env import git_commit
 
     monkeypatch.delenv("KERNELBENCH_GIT_COMMIT", raising=False)
     repo = tmp_path / "repo"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelbench.measure import (
+from kernelbench.measure.engine import (
     Budget,
     IntervalTarget,
     MeasurementEngine,
@@ -19,6 +19,7 @@ from kernelbench.measure import (
     TimerSettings,
     interpolated_baselines,
 )
+from kernelbench.measure.timing import CallTimer
 from kernelbench.statistics import (
     median_interval,
     rel_halfwidth,
@@ -27,7 +28,6 @@ from kernelbench.statistics import (
     stats,
     weighted_quantile,
 )
-from kernelbench.timing import CallTimer
 
 
 class FakeMachine:
@@ -310,7 +310,7 @@ def test_a_raising_output_hook_fails_its_row_only():
 
 
 def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
-    from kernelbench import timing
+    from kernelbench.measure import timing
 
     class FakeLibc:
         def __init__(self) -> None:

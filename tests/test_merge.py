@@ -1,4 +1,5 @@
-"""Pooling several rounds of one sweep into one run (kernelbench.merge, ``kernelbench merge``)."""
+"""Pooling several rounds of one sweep into one run (kernelbench.results.merge, ``kernelbench
+merge``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from test_compare import row, write_run
 from typer.testing import CliRunner
 
 from kernelbench.cli import app
-from kernelbench.compare import compare_runs
-from kernelbench.merge import merge_runs, write_merged
-from kernelbench.results import ENV_FILE, RESULTS_FILE, SchemaError, load_results
+from kernelbench.results.compare import compare_runs
+from kernelbench.results.merge import merge_runs, write_merged
+from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SchemaError, load_results
 
 
 def timed(method: str, raw: list[float], backend: str = "custom", **kw):

@@ -8,11 +8,11 @@ import pytest
 from conftest import make_row
 
 from kernelbench.core import work_bytes, work_flops
-from kernelbench.harness import followup_items
-from kernelbench.merge import pool_rows
-from kernelbench.physics import annotate, peaks
-from kernelbench.results import ResultRow
-from kernelbench.view import pooled_rows
+from kernelbench.results.merge import pool_rows
+from kernelbench.results.physics import annotate, peaks
+from kernelbench.results.schema import ResultRow
+from kernelbench.results.view import pooled_rows
+from kernelbench.run.plan import followup_items
 
 M, K, N = 2048, 768, 3072
 
@@ -141,8 +141,8 @@ def test_rooflines_from_measured_peaks():
 
 
 def test_wide_intervals_are_flagged_and_get_an_extra_round():
-    from kernelbench.cases import load_case
-    from kernelbench.harness import RunOptions, plan
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import RunOptions, plan
 
     env = {"ci_target": 0.05}
     rows = [baseline(), row("int8_raw", [1.0, 2.0, 3.0, 1.5, 2.5]), row("vectorwise", [1.5] * 8)]
@@ -165,8 +165,8 @@ def test_wide_intervals_are_flagged_and_get_an_extra_round():
 def test_extra_rounds_serve_rows_within_reach_of_the_target_first():
     """Two wide cells and a budget for one: the row at the target's edge gets the extra round
     though its cell costs more; the row ten times wider gets what budget is left."""
-    from kernelbench.cases import load_case
-    from kernelbench.harness import RunOptions, plan
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import RunOptions, plan
 
     env = {"ci_target": 0.05}
     near = [2.0 + 0.1 * ((i % 5) - 2) for i in range(15)]  # half-width 5%: just wide
@@ -197,7 +197,7 @@ def test_extra_rounds_serve_rows_within_reach_of_the_target_first():
 def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
     """A series is tried smallest shape first; once its rate is known, a shape whose call would
     exceed PEAK_MAX_CALL_S is not called (torch's bf16 GEMM on an AVX2 CPU: ~17 GFLOP/s)."""
-    from kernelbench import peak
+    from kernelbench.run import peak
 
     rate_flops = 17e9
     called = []

@@ -14,11 +14,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kernelbench import plugins
 from kernelbench.api import API_VERSION
-from kernelbench.backends import BrokenBackend, all_backends
+from kernelbench.backends import BrokenBackend, add_backend_files, all_backends, plugins
+from kernelbench.backends.contract import run_contract
 from kernelbench.cli import app
-from kernelbench.contract import run_contract
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "examples" / "kb-int8-numpy"
@@ -110,17 +109,17 @@ def test_an_entry_point_that_fails_to_import_or_misnames_is_reported(fresh_regis
 
 
 def test_backend_file_is_loaded_with_its_path_as_origin(fresh_registry):
-    plugins.add_backend_files([BROKEN_FILE])
+    add_backend_files([BROKEN_FILE])
     assert "broken_tails" in all_backends()
     origin = plugins.origin_of("broken_tails")
     assert (origin.kind, origin.source, origin.version) == ("file", str(BROKEN_FILE), "0.0.1")
     with pytest.raises(ValueError, match="no such file"):
-        plugins.add_backend_files([Path("/nonexistent/kb.py")])
+        add_backend_files([Path("/nonexistent/kb.py")])
 
 
 def test_a_backend_file_that_fails_to_import_is_a_broken_backend(fresh_registry, tmp_path):
     path = backend_file(tmp_path, "crashes", "raise RuntimeError('kernel library missing')\n")
-    plugins.add_backend_files([path])
+    add_backend_files([path])
     assert isinstance(all_backends()["crashes"], BrokenBackend)
     assert "RuntimeError: kernel library missing" in reason("crashes")
 
@@ -141,7 +140,7 @@ def test_api_version_is_checked(fresh_registry, tmp_path, declaration, expected)
     path = backend_file(
         tmp_path, "versioned", TEMPLATE.format(name="versioned", declaration=declaration)
     )
-    plugins.add_backend_files([path])
+    add_backend_files([path])
     assert isinstance(all_backends()["versioned"], BrokenBackend)
     assert expected in reason("versioned")
     out = CliRunner().invoke(app, ["list"], env=WIDE)
@@ -151,7 +150,7 @@ def test_api_version_is_checked(fresh_registry, tmp_path, declaration, expected)
 def test_the_current_api_version_loads(fresh_registry, tmp_path):
     decl = f"api_version = {API_VERSION}"
     path = backend_file(tmp_path, "current", TEMPLATE.format(name="current", declaration=decl))
-    plugins.add_backend_files([path])
+    add_backend_files([path])
     assert not isinstance(all_backends()["current"], BrokenBackend)
 
 
@@ -207,7 +206,7 @@ BACKEND = Unchecked()
 def test_contract_fails_a_backend_that_skips_the_input_checks(fresh_registry, tmp_path):
     """Bad input must be a ValueError/TypeError naming it: a backend that returns a number for
     NaN input or mismatched shapes fails ``bad_inputs``."""
-    plugins.add_backend_files([backend_file(tmp_path, "unchecked", UNCHECKED)])
+    add_backend_files([backend_file(tmp_path, "unchecked", UNCHECKED)])
     results = {r.name: r for r in run_contract(all_backends()["unchecked"])}
     assert results["bad_inputs"].status == "fail"
     assert "accepted" in results["bad_inputs"].detail or "not ValueError" in (
@@ -220,8 +219,9 @@ def test_contract_fails_a_backend_that_skips_the_input_checks(fresh_registry, tm
 
 
 def sweep_rows(backends: tuple[str, ...]) -> list:
-    from kernelbench.cases import load_case
-    from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.cell import measure_cell
+    from kernelbench.run.plan import CallEstimator, RunOptions, plan
 
     tiny = dataclasses.replace(RunOptions().timer, budget_s=0.01, warmup_s=0.0, min_samples=1)
     opts = RunOptions(
@@ -240,7 +240,7 @@ def sweep_rows(backends: tuple[str, ...]) -> list:
 
 
 def test_a_contract_breaking_plugin_gives_failed_rows_and_the_sweep_goes_on(fresh_registry):
-    plugins.add_backend_files([BROKEN_FILE])
+    add_backend_files([BROKEN_FILE])
     rows = sweep_rows(("torch", "broken_tails"))
     broken = [r for r in rows if r.backend == "broken_tails" and r.method != "fp16"]
     assert {r.method for r in broken} == {"int8_raw", "llm_int8"}  # fp16: not its method
@@ -254,7 +254,7 @@ def test_a_contract_breaking_plugin_gives_failed_rows_and_the_sweep_goes_on(fres
 
 def test_a_plugin_that_fails_to_import_gives_skipped_rows(fresh_registry, tmp_path):
     path = backend_file(tmp_path, "noimport", "import kb_no_such_kernel_library\n")
-    plugins.add_backend_files([path])
+    add_backend_files([path])
     rows = sweep_rows(("torch", "noimport"))
     skipped = [r for r in rows if r.backend == "noimport"]
     assert skipped and all(r.status == "skipped" for r in skipped)
@@ -266,7 +266,7 @@ def test_third_party_rows_are_labelled_in_tables_and_report(row_factory):
     import pandas as pd
     from rich.console import Console
 
-    from kernelbench.console import _print_skipped, grid, speedup_text
+    from kernelbench.report.console import _print_skipped, grid, speedup_text
     from kernelbench.report.tables import speedup_grids
 
     plugin = "plugin kb-int8-numpy 0.1.0"

@@ -8,11 +8,12 @@ from dataclasses import replace
 import torch
 
 from kernelbench.backends import all_backends
-from kernelbench.cases import CellInputs, load_case
 from kernelbench.core import work_flops
-from kernelbench.harness import CallEstimator, RunOptions, measure_cell, plan
-from kernelbench.measure import MeasurementEngine, TimerSettings
-from kernelbench.prepared import PreparedCell, PreparedCells, default_limit_bytes
+from kernelbench.measure.engine import MeasurementEngine, TimerSettings
+from kernelbench.run.cases import CellInputs, load_case
+from kernelbench.run.cell import measure_cell
+from kernelbench.run.plan import CallEstimator, RunOptions, plan
+from kernelbench.run.prepared import PreparedCell, PreparedCells, default_limit_bytes
 
 
 def tiny_opts(methods: tuple[str, ...], rounds: int) -> RunOptions:
@@ -89,7 +90,7 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
 
         monkeypatch.setattr(type(backends[name]), "runner", counting)
     first_calls = _recorded_calls(monkeypatch, MeasurementEngine, "first_call")
-    from kernelbench import harness
+    from kernelbench.run import cell as harness
 
     draws = _recorded_calls(monkeypatch, harness, "layer_inputs")
     first, later = plan(case, opts)
@@ -116,7 +117,7 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
 def test_the_local_executor_keeps_cells_for_its_next_run(monkeypatch):
     """A sweep's extra rounds are a later ``run`` of the same executor: they reuse the runners
     the rounds before kept, and the call-time estimates (it rebuilt every runner there)."""
-    from kernelbench.executors import LocalExecutor
+    from kernelbench.run.executors import LocalExecutor
 
     case = load_case("gpt3")
     opts = replace(tiny_opts(methods=("fp16", "int8_raw"), rounds=2), keep_prepared_bytes=1 << 40)
@@ -133,7 +134,7 @@ def test_the_local_executor_keeps_cells_for_its_next_run(monkeypatch):
 
 
 def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
-    from kernelbench import harness
+    from kernelbench.run import cell as harness
 
     case = load_case("gpt3")
     opts = tiny_opts(methods=("fp16", "int8_raw", "vectorwise", "llm_int8"), rounds=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.progress import Progress
 
-from kernelbench.progress import CostModel, _EtaColumn
+from kernelbench.cli.progress import CostModel, _EtaColumn
 
 PAIR = ("custom", "llm_int8")
 

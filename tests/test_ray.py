@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench.cases import load_case
-from kernelbench.executors import get_executor
-from kernelbench.harness import RunOptions, plan
-from kernelbench.measure import TimerSettings
+from kernelbench.measure.engine import TimerSettings
+from kernelbench.run.cases import load_case
+from kernelbench.run.executors import get_executor
+from kernelbench.run.plan import RunOptions, plan
 
 try:
     import ray
@@ -186,7 +186,7 @@ def test_ray_matches_local_and_resumes(cluster, local_rows):
 
 @needs_ray
 def test_worker_killed_mid_cell_is_retried(cluster, local_rows, tmp_path, monkeypatch):
-    from kernelbench import ray_executor
+    from kernelbench.run import ray_executor
 
     marker = tmp_path / "crashed"
     monkeypatch.setattr(ray_executor, "_before_measure", _crash_once(marker))
@@ -197,7 +197,7 @@ def test_worker_killed_mid_cell_is_retried(cluster, local_rows, tmp_path, monkey
 
 @needs_ray
 def test_worker_that_keeps_dying_gives_failed_rows(cluster, local_rows, monkeypatch):
-    from kernelbench import ray_executor
+    from kernelbench.run import ray_executor
 
     monkeypatch.setattr(ray_executor, "_before_measure", _always_crash)
     rows = _sweep(_ray(max_retries=1), _opts((16, 32)))
@@ -211,7 +211,7 @@ def test_worker_that_keeps_dying_gives_failed_rows(cluster, local_rows, monkeypa
 
 @needs_ray
 def test_interrupt_cancels_remaining_tasks(cluster, monkeypatch):
-    from kernelbench import ray_executor
+    from kernelbench.run import ray_executor
 
     monkeypatch.setattr(ray_executor, "_before_measure", _slow_32)
     executor = _ray()
@@ -231,8 +231,8 @@ def test_interrupt_cancels_remaining_tasks(cluster, monkeypatch):
 def test_collect_cluster_env(cluster):
     import torch
 
-    from kernelbench.env import device_class
-    from kernelbench.ray_executor import collect_cluster_env
+    from kernelbench.run.env import device_class
+    from kernelbench.run.ray_executor import collect_cluster_env
 
     hosts = collect_cluster_env(None, "cpu")["hosts"]
     assert len(hosts) == 1  # two nodes, one host and one device class
@@ -242,8 +242,8 @@ def test_collect_cluster_env(cluster):
 
 def test_missing_ray_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    monkeypatch.delitem(sys.modules, "kernelbench.ray_executor", raising=False)
+    monkeypatch.delitem(sys.modules, "kernelbench.run.ray_executor", raising=False)
     with pytest.raises(ValueError, match=r"pip install 'llmint8-kernelbench\[ray\]'"):
         get_executor("ray", address=None)
     with pytest.raises(ImportError, match=r"llmint8-kernelbench\[ray\]"):
-        from kernelbench.ray_executor import RayExecutor  # noqa: F401
+        from kernelbench.run.ray_executor import RayExecutor  # noqa: F401

@@ -13,7 +13,7 @@ import pytest
 from conftest import make_row
 
 from kernelbench.report import write_report
-from kernelbench.results import ENV_FILE, ResultRow, ResultsWriter, load_results
+from kernelbench.results.schema import ENV_FILE, ResultRow, ResultsWriter, load_results
 
 SIZES = [("125M", 768), ("1.3B", 2048), ("175B", 12288)]
 PAPER = {  # App. D.1 Table 5 at the fixture's sizes

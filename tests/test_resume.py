@@ -15,8 +15,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kernelbench.cli import app
-from kernelbench.results import KEY_COLUMNS, RESULTS_FILE, ResultsWriter, read_run_rows
-from kernelbench.sweep import resume_command
+from kernelbench.cli.sweep import resume_command
+from kernelbench.results.schema import KEY_COLUMNS, RESULTS_FILE, ResultsWriter, read_run_rows
 
 ARGS = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch"]
 ARGS += ["--methods", "fp16,int8_raw", "--device", "cpu", "--no-report", "--budget", "0.2"]

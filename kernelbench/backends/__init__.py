@@ -15,10 +15,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from functools import cache
+from pathlib import Path
 
 import torch
 
-from kernelbench.backends.base import Availability, Backend, Runner
+from kernelbench.backends.base import Availability, Backend, BrokenBackend, Runner
 
 __all__ = [
     "REGISTRY",
@@ -26,6 +27,7 @@ __all__ = [
     "Backend",
     "BrokenBackend",
     "Runner",
+    "add_backend_files",
     "all_backends",
     "backend_status",
     "get_backend",
@@ -43,18 +45,6 @@ REGISTRY: tuple[tuple[str, str], ...] = (
     ("torchao_compile", "kernelbench.backends.torchao_compile"),
     ("triton", "kernelbench.backends.triton_int8"),
 )
-
-
-class BrokenBackend(Backend):
-    """Stands in for a listed backend that could not be loaded; never available."""
-
-    def __init__(self, name: str, error: str) -> None:
-        self.name = name
-        self.error = error
-        self.methods = ()
-
-    def availability(self, device: torch.device) -> Availability:
-        return Availability.no(f"backend {self.name!r} failed to load: {self.error}")
 
 
 def _load(name: str, module_name: str) -> Backend:
@@ -83,11 +73,19 @@ def load_backends(registry: Iterable[tuple[str, str]]) -> dict[str, Backend]:
 @cache
 def all_backends() -> dict[str, Backend]:
     """Name -> backend for :data:`REGISTRY`, then the third-party backends (installed plugins
-    and ``--backend-file`` files, :mod:`kernelbench.plugins`); loaded once per process."""
-    from kernelbench import plugins
+    and ``--backend-file`` files, :mod:`kernelbench.backends.plugins`); loaded once per process."""
+    from kernelbench.backends import plugins
 
     found = load_backends(REGISTRY)
     return found | plugins.discover(set(found))
+
+
+def add_backend_files(paths: list[Path]) -> None:
+    """Load these files' backends too (here and in worker processes started from here)."""
+    from kernelbench.backends import plugins
+
+    plugins.record_backend_files(paths)
+    all_backends.cache_clear()
 
 
 def backend_status(device: torch.device | str) -> dict[str, dict[str, object]]:

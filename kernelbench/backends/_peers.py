@@ -1,7 +1,7 @@
 """Helpers shared by the peer backends (``bitsandbytes``, ``torchao``, ``torchao_compile``).
 
 Not a backend (not in the registry). The installed versions of the peers are recorded by
-:func:`kernelbench.env.library_versions` from package metadata.
+:func:`kernelbench.run.env.library_versions` from package metadata.
 """
 
 from __future__ import annotations

@@ -49,6 +49,12 @@ __all__ = [
     "torch_device_availability",
 ]
 
+#: The backend API this kernelbench provides. A backend declaring a newer one is not loaded
+#: (it needs a newer kernelbench); one declaring an older one that is still listed in
+#: :data:`SUPPORTED_API_VERSIONS` is.
+API_VERSION = 1
+SUPPORTED_API_VERSIONS = (1,)
+
 
 T = TypeVar("T")
 _Tensors = tuple[torch.Tensor | None, ...]
@@ -334,3 +340,15 @@ class Backend:
             weight_bytes=pw.nbytes,
             outlier_cols=int(qa.outlier_cols.numel()),
         )
+
+
+class BrokenBackend(Backend):
+    """Stands in for a listed backend that could not be loaded; never available."""
+
+    def __init__(self, name: str, error: str) -> None:
+        self.name = name
+        self.error = error
+        self.methods = ()
+
+    def availability(self, device: torch.device) -> Availability:
+        return Availability.no(f"backend {self.name!r} failed to load: {self.error}")

@@ -3,11 +3,11 @@
 The paper's "PyTorch + NVIDIA" arrangement with the GEMM called directly: quantization,
 outlier decomposition and dequantization are the torch ops of :mod:`kernelbench.quant` (as in
 the ``torch`` backend); the int8 product is kernelbench's own cuBLASLt call
-(:func:`kernelbench.cuda_ext.int8_gemm`: "TN" IMMA, int32 out, plan cached per shape) instead of
-``torch._int_mm``. ``custom`` runs kernelbench's fused CUDA kernels around the same GEMM, so the
-two names measure different computations around one GEMM.
+(:func:`kernelbench.kernels.cuda_ext.int8_gemm`: "TN" IMMA, int32 out, plan cached per shape)
+instead of ``torch._int_mm``. ``custom`` runs kernelbench's fused CUDA kernels around the same
+GEMM, so the two names measure different computations around one GEMM.
 
-Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.padding`,
+Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.kernels.padding`,
 exact); the row's ``variant`` names the padded shape. Needs the CUDA extension
 ``kernelbench._cuda``, a CUDA device, and a 16-bit layer. Unverified on a GPU until it has run
 on one.
@@ -19,10 +19,11 @@ from collections.abc import Callable
 
 import torch
 
-from kernelbench import cuda_ext, quant
+from kernelbench import quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
 from kernelbench.backends.custom_cuda import cuda_availability, gemm_shape_rule
-from kernelbench.padding import gemm_weight, pad_prepared, padded_gemm, padded_shape
+from kernelbench.kernels import cuda_ext
+from kernelbench.kernels.padding import gemm_weight, pad_prepared, padded_gemm, padded_shape
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 

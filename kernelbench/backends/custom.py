@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbench import cpu_ext, quant
+from kernelbench import quant
 from kernelbench.backends.base import Availability, Backend
 from kernelbench.checks import InputError
+from kernelbench.kernels import cpu_ext
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 try:  # the CUDA half is optional (module written alongside the CUDA extension)

@@ -5,9 +5,10 @@ delegates to :class:`CustomCudaOps` for CUDA tensors, and :mod:`kernelbench.back
 uses its quantize kernels in front of the fused CUTLASS GEMM.
 
 Any shape: the cuBLASLt GEMM needs k and n multiples of 16, so :meth:`CustomCudaOps.prepare` pads
-the int8 weight to (n_p, k_p) with zeros once (:class:`kernelbench.padding.PaddedWeight`), and
-:meth:`CustomCudaOps.int8_matmul` pads the activation's k tail and drops the extra output columns
-(:mod:`kernelbench.padding`, exact). The quantize and dequantize kernels take any k and n.
+the int8 weight to (n_p, k_p) with zeros once (:class:`kernelbench.kernels.padding.PaddedWeight`),
+and :meth:`CustomCudaOps.int8_matmul` pads the activation's k tail and drops the extra output
+columns (:mod:`kernelbench.kernels.padding`, exact). The quantize and dequantize kernels take any k
+and n.
 
 The GPU paths are unverified until they have run on a GPU; the stages follow
 :mod:`kernelbench.quant` (same operation order in fp32), which the backend contract tests
@@ -20,10 +21,10 @@ from collections.abc import Callable
 
 import torch
 
-from kernelbench import cuda_ext, padding
 from kernelbench.backends.base import Availability
 from kernelbench.checks import require as _require
-from kernelbench.padding import PaddedWeight, gemm_weight, pad_prepared
+from kernelbench.kernels import cuda_ext, padding
+from kernelbench.kernels.padding import PaddedWeight, gemm_weight, pad_prepared
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 

@@ -17,8 +17,8 @@ What runs where:
   the CUTLASS kernel's; the difference ``linear - quantize - outlier_product`` is the fused
   GEMM+epilogue.
 
-Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.padding`): the
-weight, its column scales and the bias once at prepare time, the activation's k tail and (with
+Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.kernels.padding`):
+the weight, its column scales and the bias once at prepare time, the activation's k tail and (with
 outliers) the outlier product's n tail per call; the output's extra columns are dropped. The
 row's ``variant`` names the padded shape.
 
@@ -34,10 +34,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbench import cutlass_ext, quant
+from kernelbench import quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
 from kernelbench.backends.custom_cuda import CustomCudaOps
-from kernelbench.padding import (
+from kernelbench.kernels import cutlass_ext
+from kernelbench.kernels.padding import (
     PaddedWeight,
     extend_weight,
     gemm_weight,

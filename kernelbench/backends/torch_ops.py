@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernelbench import padding, quant
+from kernelbench import quant
 from kernelbench.backends.base import (
     Availability,
     Backend,
@@ -22,6 +22,7 @@ from kernelbench.backends.base import (
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
 from kernelbench.core import METHODS
+from kernelbench.kernels import padding
 from kernelbench.quant import PreparedWeight
 
 

@@ -52,11 +52,12 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbench import padding, quant
+from kernelbench import quant
 from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend
 from kernelbench.checks import FLOAT_DTYPES
 from kernelbench.checks import require as _require
-from kernelbench.padding import extend_weight
+from kernelbench.kernels import padding
+from kernelbench.kernels.padding import extend_weight
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 
 #: Largest k whose worst-case int32 sum ``k * 127 * 127`` cannot overflow.

@@ -20,8 +20,8 @@ import jinja2
 
 from kernelbench import __version__
 from kernelbench.report import data, plots, tables
-from kernelbench.results import KEY_COLUMNS
-from kernelbench.view import slow_sixteen_bit_note
+from kernelbench.results.schema import KEY_COLUMNS
+from kernelbench.results.view import slow_sixteen_bit_note
 
 __all__ = ["write_report", "render_report"]
 

@@ -14,9 +14,9 @@ import pandas as pd
 
 from kernelbench.core import METHOD_LABELS, METHODS, PAPER_LAYER, PAPER_TOKENS
 from kernelbench.core import STAGES as STAGES  # per-stage fields of ``stages_ms``, for plots
-from kernelbench.physics import peaks as peaks  # env.json's peaks, for the tables
-from kernelbench.results import load_env
-from kernelbench.view import load_view
+from kernelbench.results.physics import peaks as peaks  # env.json's peaks, for the tables
+from kernelbench.results.schema import load_env
+from kernelbench.results.view import load_view
 
 
 @dataclass

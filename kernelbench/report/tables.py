@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kernelbench.report import data
-from kernelbench.results import third_party_label
-from kernelbench.verdict import speed_verdict
+from kernelbench.results.schema import third_party_label
+from kernelbench.results.verdict import speed_verdict
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
 CELL = ["backend", "method", "d_model"]
@@ -294,7 +294,7 @@ _PAIR_FIELDS = [
 
 def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Rows measured in both runs, with the time ratio B/A (below 1: B is faster) and the
-    verdict of :func:`kernelbench.verdict.speed_verdict` (the one ``compare`` gives)."""
+    verdict of :func:`kernelbench.results.verdict.speed_verdict` (the one ``compare`` gives)."""
     cols = [*keys, *(c for c in _PAIR_FIELDS if c in a_ok.columns and c in b_ok.columns)]
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])

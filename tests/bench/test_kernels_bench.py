@@ -13,8 +13,8 @@ import os
 import pytest
 import torch
 
-from kernelbench import cpu_ext
 from kernelbench.backends import get_backend
+from kernelbench.kernels import cpu_ext
 from kernelbench.quant import QuantConfig
 
 pytestmark = [

@@ -26,8 +26,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from kernelbench import cpu_ext, oracle
+from kernelbench import oracle
 from kernelbench.backends import get_backend
+from kernelbench.kernels import cpu_ext
 from kernelbench.quant import QuantConfig
 
 pytestmark = pytest.mark.skipif(

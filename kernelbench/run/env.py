@@ -36,8 +36,8 @@ PEERS = ("bitsandbytes", "torchao", "triton", "numpy", "pandas")
 
 def cpu_info(kernel_isa: str | None = None) -> dict:
     """The CPU's model, int8-relevant flags and cores; ``kernel_isa`` is the kernel set the
-    ``custom`` CPU kernels run (``kernelbench.cpu_ext.isa()``), recorded when the caller knows
-    it."""
+    ``custom`` CPU kernels run (``kernelbench.kernels.cpu_ext.isa()``), recorded when the caller
+    knows it."""
     model, flags = platform.processor() or "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -143,7 +143,7 @@ def git_commit(package_dir: Path | None = None) -> str | None:
     pinned = os.environ.get("KERNELBENCH_GIT_COMMIT", "").strip()
     if pinned:
         return pinned
-    here = (package_dir or Path(__file__).parent).resolve()
+    here = (package_dir or Path(__file__).parents[1]).resolve()
     return _checkout_commit(here) or _build_commit(here)
 
 
@@ -196,7 +196,7 @@ def collect(
     kernel_isa: str | None = None,
 ) -> dict:
     """``env.json``: command, machine, versions, device; ``extra`` is merged in last."""
-    from kernelbench.results import SCHEMA_VERSION
+    from kernelbench.results.schema import SCHEMA_VERSION
 
     env = {
         "schema_version": SCHEMA_VERSION,

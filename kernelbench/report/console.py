@@ -13,8 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelbench.core import BASELINE, METHODS, PAPER_TOKENS, SkipKind
-from kernelbench.results import third_party_label
-from kernelbench.view import slow_sixteen_bit_note
+from kernelbench.results.schema import third_party_label
+from kernelbench.results.view import slow_sixteen_bit_note
 
 Formatter = Callable[[pd.Series], str]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn
 from rich.text import Text
 
-from kernelbench.harness import CallEstimator
+from kernelbench.run.plan import CallEstimator
 
 
 class CostModel:

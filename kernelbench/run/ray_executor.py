@@ -3,7 +3,7 @@
 A task owns its device while it times: ``num_gpus=1`` for CUDA sweeps, and for CPU sweeps
 ``num_cpus`` = the CPU count of the smallest node, with at most one task in flight per node
 (spread over the nodes), so two timing tasks do not share a machine on a cluster of equal nodes.
-The task calls :func:`kernelbench.harness.measure_cell` on the worker, which draws the cell's
+The task calls :func:`kernelbench.run.cell.measure_cell` on the worker, which draws the cell's
 inputs from the case and its seed; only the work item, the options, the ``done`` keys and (with
 ``--activations``) the user's activation tensor, put once in the object store, cross the network.
 
@@ -36,19 +36,18 @@ except ImportError as _exc:  # get_executor turns this into a CLI error
 
 import torch
 
-from kernelbench import env as envmod
-from kernelbench.cases import Case
 from kernelbench.core import work_flops
-from kernelbench.harness import (
+from kernelbench.results.schema import ResultRow
+from kernelbench.run import env as envmod
+from kernelbench.run.cases import Case
+from kernelbench.run.cell import base_row, measure_cell
+from kernelbench.run.plan import (
     CallEstimator,
     RunOptions,
     WorkItem,
-    base_row,
     load_user_activations,
-    measure_cell,
     method_pairs,
 )
-from kernelbench.results import ResultRow
 
 #: Test hook, called with the work item in the worker before it is measured (tests inject a
 #: crash through it). Read once per ``run`` on the driver and shipped with each task.
@@ -84,7 +83,7 @@ def _cell_rows(item: WorkItem, case: Case, opts: RunOptions, done: set) -> list[
 def _node_env(device: str, threads: int | None, node: dict) -> dict:
     if threads:
         torch.set_num_threads(threads)
-    from kernelbench import cpu_ext
+    from kernelbench.kernels import cpu_ext
 
     info = envmod.collect(torch.device(device), [], kernel_isa=cpu_ext.isa())
     for key in ("command", "argv", "schema_version"):
@@ -257,8 +256,8 @@ class RayExecutor:
 
 
 def collect_cluster_env(address: str | None = None, device: str | None = None) -> dict:
-    """``{"hosts": [...]}``: :func:`kernelbench.env.collect` run on every node of the cluster, one
-    entry per (host, device class).
+    """``{"hosts": [...]}``: :func:`kernelbench.run.env.collect` run on every node of the cluster,
+    one entry per (host, device class).
 
     ``device`` is ``cpu`` or ``cuda``; ``None`` means ``cuda`` on nodes with a GPU, else ``cpu``.
     With ``cuda``, nodes without a GPU are left out. Connects (see :func:`connect`) if this

@@ -7,16 +7,19 @@ stderr and exit code 2, before anything is written.
 
 from __future__ import annotations
 
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from kernelbench import profiles
-from kernelbench.profiles import PROFILES
+from kernelbench.cli.common import (
+    console,
+    fail,
+    skipped_lines_reported,
+    write_report,
+)
+from kernelbench.run import profiles
+from kernelbench.run.profiles import PROFILES
 
 app = typer.Typer(
     add_completion=False,
@@ -24,35 +27,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="kernelbench: int8 matmul kernels (LLM.int8()), timed and checked against float64.",
 )
-console = Console()
-err_console = Console(stderr=True)
-
-EXIT_INPUT = 2
-#: kernelbench.cases.DISTRIBUTIONS, without importing torch (a test keeps them equal)
+#: kernelbench.run.cases.DISTRIBUTIONS, without importing torch (a test keeps them equal)
 DISTRIBUTIONS = ("outliers", "gaussian", "paper-bench")
-
-
-def fail(message: str) -> typer.Exit:
-    """Print ``error: message`` as one line on stderr; the caller raises what this returns."""
-    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
-    return typer.Exit(EXIT_INPUT)
-
-
-@contextmanager
-def skipped_lines_reported():
-    """Lines of a results file that were not rows: one warning line each file, on stderr."""
-    from kernelbench.results import SkippedLinesWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SkippedLinesWarning)
-        try:
-            yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, SkippedLinesWarning):
-                    typer.echo(f"warning: {w.message}", err=True)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 @app.callback()
@@ -70,10 +46,10 @@ def _use_backend_files(paths: list[Path] | None) -> None:
     """Load the ``--backend-file`` backends (here and in the workers of a run)."""
     if not paths:
         return
-    from kernelbench import plugins
+    from kernelbench.backends import add_backend_files
 
     try:
-        plugins.add_backend_files(paths)
+        add_backend_files(paths)
     except ValueError as exc:
         raise fail(str(exc)) from None
 
@@ -90,10 +66,10 @@ def list_backends(
     import torch
     from rich.table import Table
 
-    from kernelbench import cpu_ext
     from kernelbench.backends import all_backends
     from kernelbench.backends.base import sixteen_bit_dtype
-    from kernelbench.plugins import origin_of
+    from kernelbench.backends.plugins import origin_of
+    from kernelbench.kernels import cpu_ext
 
     table = Table(title="kernelbench backends")
     cols = ("backend", "origin", "version", "device", "available", "methods / reason", "verified")
@@ -141,8 +117,8 @@ def check_backend(
     from rich.table import Table
 
     from kernelbench.backends import all_backends
-    from kernelbench.contract import CONTRACTS, run_contract
-    from kernelbench.plugins import origin_of
+    from kernelbench.backends.contract import CONTRACTS, run_contract
+    from kernelbench.backends.plugins import origin_of
 
     backends = all_backends()
     if name not in backends:
@@ -301,7 +277,7 @@ def run(
         raise fail(f"--outlier-weights must be fp16 or int8, got {outlier_weights!r}")
     if not alpha == alpha or abs(alpha) == float("inf") or alpha < 0:
         raise fail(f"--alpha must be a finite number >= 0, got {alpha}")
-    from kernelbench.sweep import RunRequest, run_sweep
+    from kernelbench.cli.sweep import RunRequest, run_sweep
 
     req = RunRequest(
         chosen, case, _csv(backends), _csv(methods), layer, dist, activations, device, out,
@@ -313,9 +289,9 @@ def run(
 @app.command()
 def show(run_dir: Path) -> None:
     """Print the tables of a saved run again."""
-    from kernelbench.console import print_tables
-    from kernelbench.results import SchemaError
-    from kernelbench.view import load_view
+    from kernelbench.report.console import print_tables
+    from kernelbench.results.schema import SchemaError
+    from kernelbench.results.view import load_view
 
     try:
         with skipped_lines_reported():
@@ -333,7 +309,7 @@ def report(
     """Write a self-contained HTML report (two directories: side by side with ratios)."""
     if len(run_dirs) not in (1, 2):
         raise fail("give one run directory, or two for an A/B report")
-    _write_report(run_dirs, output, strict=True)
+    write_report(run_dirs, output, strict=True)
 
 
 @app.command()
@@ -348,7 +324,7 @@ def compare(
     ),
 ) -> None:
     """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input)."""
-    from kernelbench.compare import FORMATS, compare_runs, render
+    from kernelbench.results.compare import FORMATS, compare_runs, render
 
     if fmt not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}")
@@ -367,8 +343,8 @@ def merge(
 ) -> None:
     """Pool the samples of several runs (rounds) of one sweep into one run, e.g. for a baseline
     or a CI gate that must not hinge on one disturbed round."""
-    from kernelbench.merge import write_merged
-    from kernelbench.results import SchemaError
+    from kernelbench.results.merge import write_merged
+    from kernelbench.results.schema import SchemaError
 
     if out.exists() and not out.is_dir():
         raise fail(f"{out} is a file, not a run directory")
@@ -390,9 +366,9 @@ def peak(
 ) -> None:
     """Measure (once per device class, then cached) this device's int8, 16-bit and fp32 GEMM
     peaks and memory bandwidth: every run's rooflines."""
-    from kernelbench.env import device_class
-    from kernelbench.harness import resolve_device
-    from kernelbench.peak import cache_path, cached_peak
+    from kernelbench.run.env import device_class
+    from kernelbench.run.peak import cache_path, cached_peak
+    from kernelbench.run.plan import resolve_device
 
     dev = resolve_device(device)
     found = cached_peak(dev, remeasure=remeasure)
@@ -413,7 +389,7 @@ def baseline_update(
     force: bool = typer.Option(False, help="Accept a run with failed rows"),
 ) -> None:
     """Make RUN_DIR the baseline of its device class (results.jsonl + env.json)."""
-    from kernelbench.baseline import BaselineError, update_baseline
+    from kernelbench.results.baseline import BaselineError, update_baseline
 
     try:
         dest = update_baseline(run_dir, baselines_dir, force=force)
@@ -430,32 +406,14 @@ def baseline_path(
     """Print the baseline folder of this machine's device class (exit 1 when there is none)."""
     import torch
 
-    from kernelbench.baseline import find_baseline
-    from kernelbench.env import device_class
+    from kernelbench.results.baseline import find_baseline
+    from kernelbench.run.env import device_class
 
     found = find_baseline(device_class(torch.device(device)), baselines_dir)
     if found is None:
         console.print(f"no baseline for {device_class(torch.device(device))}", style="yellow")
         raise typer.Exit(1)
     typer.echo(str(found))
-
-
-def _write_report(dirs: list[Path], output: Path | None, strict: bool = False) -> None:
-    """Write the HTML report; a run's own report is a courtesy (a problem is a warning), the
-    ``report`` command's is the point (a problem is exit 2)."""
-    from kernelbench.results import SchemaError
-
-    try:
-        from kernelbench.report import write_report
-
-        with skipped_lines_reported():
-            path = write_report(dirs, output)
-    except (ImportError, SchemaError, OSError) as exc:
-        if strict:
-            raise fail(f"no report written: {exc}") from None
-        typer.echo(f"warning: no report written: {' '.join(str(exc).split())}", err=True)
-        return
-    console.print(f"report: {escape(str(path))}")
 
 
 def main() -> None:

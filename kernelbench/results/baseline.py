@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kernelbench.results import ENV_FILE, RESULTS_FILE, SchemaError, read_run_rows
+from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SchemaError, read_run_rows
 
 DEFAULT_DIR = Path("reports/baselines")
 

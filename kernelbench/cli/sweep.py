@@ -3,7 +3,7 @@ open the output directory (an earlier run moved aside, or resumed with the same 
 measure every row with progress and write it as it comes.
 
 Nothing reaches ``--out`` before every input has been checked; each problem ends in one
-``error:`` line and exit 2 (:func:`kernelbench.cli.fail`).
+``error:`` line and exit 2 (:func:`kernelbench.cli.commands.fail`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from kernelbench import profiles
-from kernelbench.cli import _write_report, console, fail, skipped_lines_reported
+from kernelbench.cli.common import console, fail, skipped_lines_reported, write_report
+from kernelbench.run import profiles
 
 EXIT_INTERRUPTED = 130
 
@@ -79,8 +79,8 @@ def _settings(req: RunRequest, dclass: str, threads: int) -> dict:
 
 @dataclass
 class _Prepared:
-    case: object  # kernelbench.cases.Case
-    opts: object  # kernelbench.harness.RunOptions
+    case: object  # kernelbench.run.cases.Case
+    opts: object  # kernelbench.run.cell.RunOptions
     items: list
     pairs: list[tuple[str, str]]
     runner: object  # an executor
@@ -92,12 +92,12 @@ def _prepare(req: RunRequest) -> _Prepared:
     """Load and check everything the run needs (case, activations, executor), writing nothing."""
     import torch
 
-    from kernelbench import env as envmod
-    from kernelbench.cases import load_activation_file, load_case
-    from kernelbench.executors import get_executor
-    from kernelbench.harness import RunOptions, method_pairs, plan, resolve_device
-    from kernelbench.measure import TimerSettings
+    from kernelbench.measure.engine import TimerSettings
     from kernelbench.quant import QuantConfig
+    from kernelbench.run import env as envmod
+    from kernelbench.run.cases import load_activation_file, load_case
+    from kernelbench.run.executors import get_executor
+    from kernelbench.run.plan import RunOptions, method_pairs, plan, resolve_device
 
     p = req.profile
     if p.threads:
@@ -136,8 +136,8 @@ def _prepare(req: RunRequest) -> _Prepared:
         raise fail(f"case {req.case!r}: missing entry {exc}") from None
     except (ValueError, OSError) as exc:
         raise fail(str(exc)) from None
-    from kernelbench import cpu_ext
     from kernelbench.backends import backend_status
+    from kernelbench.kernels import cpu_ext
 
     env = envmod.collect(dev, sys.argv[1:], kernel_isa=cpu_ext.isa())
     env["backends"] = backend_status(dev)
@@ -158,7 +158,7 @@ def _check_activations(acts, items, case) -> None:
 
 def run_sweep(req: RunRequest, no_report: bool) -> None:
     """The whole run: checks, the output directory, the sweep, the tables and the report."""
-    from kernelbench import results as res
+    from kernelbench.results import schema as res
 
     prep = _prepare(req)
     try:
@@ -193,19 +193,19 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
     filled = res.complete_speedups(req.out)
     if filled:
         console.print(f"{filled} row(s) got their speedup from their cell's earlier baseline row")
-    from kernelbench.console import print_tables
-    from kernelbench.view import load_view
+    from kernelbench.report.console import print_tables
+    from kernelbench.results.view import load_view
 
     with skipped_lines_reported():
         print_tables(load_view(req.out), console)
     if not no_report:
-        _write_report([req.out], None)
+        write_report([req.out], None)
 
 
 def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) -> None:
     from dataclasses import asdict
 
-    from kernelbench.results import ENV_FILE, SETTINGS_KEY
+    from kernelbench.results.schema import ENV_FILE, SETTINGS_KEY
 
     env = dict(prep.env)
     opts = prep.opts
@@ -221,7 +221,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         profile=req.profile.name,
     )
     if opts.device != "cuda":
-        from kernelbench.timing import allocator_note
+        from kernelbench.measure.timing import allocator_note
 
         env["cpu_memory_while_timing"] = allocator_note()
     env[SETTINGS_KEY] = settings
@@ -233,7 +233,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         except Exception as exc:  # noqa: BLE001 - per-host env is informative
             console.print(f"[yellow]no per-host env: {escape(str(exc))}[/yellow]")
     if req.executor == "local":  # rooflines: this device class's measured peaks (cached)
-        from kernelbench.peak import cached_peak, cached_peak_exists
+        from kernelbench.run.peak import cached_peak, cached_peak_exists
 
         if not cached_peak_exists(prep.device):
             console.print("measuring this device's peaks once (kernelbench peak), 1-2 min ...")
@@ -251,9 +251,9 @@ def resume_command(argv: list[str]) -> str:
 def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     """Measure and write every row (then the extra rounds the run's uncertain rows get), with
     progress; ^C ends with a one-line summary and exit 130."""
-    from kernelbench.harness import followup_items, max_call_s
-    from kernelbench.progress import CostModel, sweep_progress
-    from kernelbench.results import read_rows
+    from kernelbench.cli.progress import CostModel, sweep_progress
+    from kernelbench.results.schema import read_rows
+    from kernelbench.run.plan import followup_items, max_call_s
 
     console.print(
         f"kernelbench run: {len(prep.items)} cells x {len(prep.pairs)} (backend, method) pairs "
@@ -330,7 +330,7 @@ def _planned_rows(prep: _Prepared, items, done: set) -> dict:
     from kernelbench.backends import all_backends
     from kernelbench.backends.base import sixteen_bit_dtype
     from kernelbench.core import work_flops
-    from kernelbench.results import KEY_COLUMNS
+    from kernelbench.results.schema import KEY_COLUMNS
 
     dtype = sixteen_bit_dtype(prep.device)
     backends = all_backends()

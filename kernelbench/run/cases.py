@@ -108,7 +108,7 @@ class Case:
 def cases_dir() -> Path:
     """A source checkout's ``cases/`` (an editable install runs from one), else the copy
     installed inside the package."""
-    checkout = Path(__file__).resolve().parent.parent / "cases"
+    checkout = Path(__file__).resolve().parents[2] / "cases"
     if (checkout / "gpt3.toml").is_file():
         return checkout
     return Path(str(resources.files("kernelbench") / "cases"))

@@ -85,7 +85,8 @@ class ResultRow:
     tops: float | None = None  # flops / median, in 1e12 ops per second
     flops: float | None = None  # declared work of one call (core.work_flops)
     bytes: float | None = None  # declared least memory traffic of one call (core.work_bytes)
-    # physics checks, set on the pooled view of a run (kernelbench.physics), empty as written
+    # physics checks, set on the pooled view of a run (kernelbench.results.physics), empty as
+    # written
     roofline_tops: float | None = None  # attainable throughput: compute peak or bandwidth bound
     roofline_share: float | None = None  # tops / roofline_tops
     ci_wide: bool = False  # the speedup's interval is wider than the run's ci_target

@@ -1,8 +1,9 @@
 """The view every reader of a run shares: rows pooled over rounds, with intervals and checks.
 
 ``results.jsonl`` holds one row per (key, round) as measured; tables, reports and the CI gate
-read one row per key: :func:`pooled_view` pools the rounds (:func:`kernelbench.merge.pool_rows`)
-and runs the physics checks (:mod:`kernelbench.physics`) with the run's peaks and ``ci_target``.
+read one row per key: :func:`pooled_view` pools the rounds
+(:func:`kernelbench.results.merge.pool_rows`) and runs the physics checks
+(:mod:`kernelbench.results.physics`) with the run's peaks and ``ci_target``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelbench.merge import pool_rows
-from kernelbench.physics import annotate, peaks
-from kernelbench.results import ResultRow, SchemaError, load_env, read_rows, results_path
+from kernelbench.results.merge import pool_rows
+from kernelbench.results.physics import annotate, peaks
+from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
 
 #: The interval target of runs whose env.json does not record one.
 DEFAULT_CI_TARGET = 0.05

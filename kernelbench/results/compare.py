@@ -1,8 +1,8 @@
 """Regression verdicts between two runs: the CI gate on speed and error.
 
 ``compare_runs(BASE, NEW)`` matches the rows of two run directories (or ``results.jsonl`` files)
-by :data:`kernelbench.results.KEY_COLUMNS` and gives each a verdict; :func:`render` prints the
-:class:`Comparison` as text, markdown or JSON. Nothing is written: both inputs are only read.
+by :data:`kernelbench.results.schema.KEY_COLUMNS` and gives each a verdict; :func:`render` prints
+the :class:`Comparison` as text, markdown or JSON. Nothing is written: both inputs are only read.
 
 Speed. Each row is compared through its ``speedup`` (the same run's 16-bit baseline time over the
 row's time), so runs taken on machines of different speed, or under different load, compare: the
@@ -10,10 +10,11 @@ baseline was measured beside the row, on the same inputs. When either run lacks 
 ``speedup`` the raw ``median_ms`` is compared instead, and the row's detail says so. The change is
 the relative growth of the row's (normalised) time: ``+0.20`` is 20% slower.
 
-Noise band. The speed verdict is :func:`kernelbench.verdict.speed_verdict`, the same function
-the HTML A/B report uses: a row is ``slower`` only beyond both ``speed_tol`` and the two runs'
-noise (each speedup's 95% interval where it has one), and ``unknown`` when the noise was not
-measured. Rows of one key (a run's rounds) are pooled first (:func:`kernelbench.merge.pool_rows`).
+Noise band. The speed verdict is :func:`kernelbench.results.verdict.speed_verdict`, the same
+function the HTML A/B report uses: a row is ``slower`` only beyond both ``speed_tol`` and the two
+runs' noise (each speedup's 95% interval where it has one), and ``unknown`` when the noise was not
+measured. Rows of one key (a run's rounds) are pooled first
+(:func:`kernelbench.results.merge.pool_rows`).
 
 Error. ``rel_error`` is deterministic for fixed seeds and the same device class, so any growth
 beyond ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``.
@@ -40,8 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kernelbench.core import BASELINE, SkipKind
-from kernelbench.merge import pool_rows
-from kernelbench.results import (
+from kernelbench.results.merge import pool_rows
+from kernelbench.results.schema import (
     ENV_FILE,
     KEY_COLUMNS,
     READABLE_OLD_VERSIONS,
@@ -51,7 +52,7 @@ from kernelbench.results import (
     read_run_rows,
     results_path,
 )
-from kernelbench.verdict import speed_verdict
+from kernelbench.results.verdict import speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
 #: deterministic, so for fixed seeds and one device class ``rel_error`` repeats bit for bit; the
@@ -209,7 +210,7 @@ def _baseline_row(run: LoadedRun, row: dict) -> dict | None:
 def _speed(
     rc: RowComparison, b: dict, n: dict, base: LoadedRun, new: LoadedRun, tol: float
 ) -> None:
-    """Fill the speed fields of ``rc`` from :func:`kernelbench.verdict.speed_verdict`."""
+    """Fill the speed fields of ``rc`` from :func:`kernelbench.results.verdict.speed_verdict`."""
     call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n))
     rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
     rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change

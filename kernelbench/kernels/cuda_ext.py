@@ -13,10 +13,10 @@ Exact rules:
 
 * ``int8_gemm(a, b)``: ``a`` (m, k) and ``b`` (n, k) int8, contiguous, on one CUDA device; **k and n
   multiples of 16** and k <= 133144 (``k * 127^2`` fits the int32 accumulator; the backends pad k
-  and n with zeros, :mod:`kernelbench.padding`), ``a.data_ptr()``, ``b.data_ptr()`` (and ``out``'s)
-  multiples of 16 bytes; m >= 0 is free (m == 0 returns an empty result without a launch).
-  cuBLASLt's heuristic is told the operands are 16-byte aligned, and with k, n multiples of 16 every
-  row of a, b and the int32 output starts 16-byte aligned too.
+  and n with zeros, :mod:`kernelbench.kernels.padding`), ``a.data_ptr()``, ``b.data_ptr()`` (and
+  ``out``'s) multiples of 16 bytes; m >= 0 is free (m == 0 returns an empty result without a
+  launch). cuBLASLt's heuristic is told the operands are 16-byte aligned, and with k, n multiples
+  of 16 every row of a, b and the int32 output starts 16-byte aligned too.
 * ``detect_outliers`` / ``quantize_rows``: ``x`` (m, k) float16 or bfloat16, contiguous, CUDA, any m
   >= 0 and k >= 1 (m == 0: empty results, no call into the extension). The 16-byte vector path is
   taken when k % 8 == 0 and the pointers are 16-byte aligned; otherwise a scalar path runs (same
@@ -37,7 +37,7 @@ from kernelbench import quant
 from kernelbench.checks import check_tensor as _check_tensor
 from kernelbench.checks import require as _require
 from kernelbench.checks import same_cuda_device as _check_device
-from kernelbench.padding import MAX_K
+from kernelbench.kernels.padding import MAX_K
 
 try:  # the module is only built where a CUDA toolchain was found (cmake/cuda.cmake)
     from kernelbench import _cuda as _ext  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelbench.backends.base import Runner, SharedWeights
-from kernelbench.cases import CellInputs, LayerInputs
+from kernelbench.run.cases import CellInputs, LayerInputs
 
 #: Share of the machine's physical memory a run may keep prepared cells in, by default.
 DEFAULT_SHARE = 0.55

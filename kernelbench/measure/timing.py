@@ -11,7 +11,7 @@
   each call so that throttled samples can be counted. This path has not run on a GPU yet
   (see the backends' ``verified_on``).
 
-When to stop, pairing and statistics live in :mod:`kernelbench.measure` and
+When to stop, pairing and statistics live in :mod:`kernelbench.measure.engine` and
 :mod:`kernelbench.statistics`.
 """
 

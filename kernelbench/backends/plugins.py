@@ -15,10 +15,10 @@ Two ways in, both loaded into the registry next to the built-in backends
   ``BACKEND``. It is executed as code, like any script the user runs.
 
 A backend that fails to load, declares no or an unsupported ``api_version``, or clashes with a
-known name becomes a :class:`~kernelbench.backends.BrokenBackend` carrying the reason (its rows
+known name becomes a :class:`~kernelbench.backends.base.BrokenBackend` carrying the reason (its rows
 are skipped with it). A third-party backend that loads is held to the backend contract
-(:mod:`kernelbench.contract`) before its first row: if it breaks it, every one of its rows is a
-failed row naming the broken contract, and the sweep goes on.
+(:mod:`kernelbench.backends.contract`) before its first row: if it breaks it, every one of its rows
+is a failed row naming the broken contract, and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from pathlib import Path
 from types import ModuleType
 
 from kernelbench import __version__
-from kernelbench.api import API_VERSION, SUPPORTED_API_VERSIONS
-from kernelbench.backends.base import Backend
+from kernelbench.backends.base import API_VERSION, SUPPORTED_API_VERSIONS, Backend, BrokenBackend
 
 ENTRY_POINT_GROUP = "kernelbench.backends"
 BACKEND_FILES_ENV = "KERNELBENCH_BACKEND_FILES"
@@ -100,17 +99,15 @@ def backend_files() -> list[Path]:
     return [Path(p) for p in raw.split(os.pathsep) if p]
 
 
-def add_backend_files(paths: list[Path]) -> None:
-    """Load these files' backends too (here and in worker processes started from here)."""
+def record_backend_files(paths: list[Path]) -> None:
+    """Add these files to this process's backend files (inherited by its worker processes);
+    :func:`kernelbench.backends.add_backend_files` also loads them."""
     missing = [str(p) for p in paths if not Path(p).is_file()]
     if missing:
         raise ValueError(f"--backend-file: no such file: {', '.join(missing)}")
     known = [str(p) for p in backend_files()]
     new = [str(Path(p).resolve()) for p in paths]
     os.environ[BACKEND_FILES_ENV] = os.pathsep.join(dict.fromkeys(known + new))
-    from kernelbench.backends import all_backends
-
-    all_backends.cache_clear()
 
 
 def _as_backend(obj: object, where: str) -> Backend:
@@ -162,7 +159,6 @@ def _file_sources() -> list[tuple[str, Origin, object]]:
 def discover(taken: set[str]) -> dict[str, Backend]:
     """Name -> backend for every plugin and backend file, each checked; ``taken`` are the names
     already registered (a plugin may not replace one)."""
-    from kernelbench.backends import BrokenBackend
 
     found: dict[str, Backend] = {}
     for name, origin, load in _entry_points() + _file_sources():
@@ -200,8 +196,8 @@ class ContractViolation(RuntimeError):
 
 def guard(backend: Backend) -> None:
     """Hold ``backend`` to the contract on each device before its first runner: its
-    ``runner`` runs :func:`kernelbench.contract.run_contract` once per device type and raises
-    :class:`ContractViolation` naming the failed contracts if any failed."""
+    ``runner`` runs :func:`kernelbench.backends.contract.run_contract` once per device type and
+    raises :class:`ContractViolation` naming the failed contracts if any failed."""
     inner = backend.runner
     verdicts: dict[str, str | None] = {}
 
@@ -219,7 +215,7 @@ def guard(backend: Backend) -> None:
 
 
 def _contract_verdict(backend: Backend, device: str) -> str | None:
-    from kernelbench.contract import run_contract
+    from kernelbench.backends.contract import run_contract
 
     failed = [r for r in run_contract(backend, device) if r.status == "fail"]
     if not failed:

@@ -9,16 +9,16 @@ by up to 35% between two back-to-back ``--quick`` runs while its own IQR / media
 2%), so the spread of samples taken within one row's fraction of a second understates the noise
 between runs. Pooling the raw samples of N runs (rounds) gives a median that one disturbed round
 cannot move much, and a spread (``rel_spread``) that includes the drift between rounds, which is
-what :mod:`kernelbench.compare` needs for its noise band.
+what :mod:`kernelbench.results.compare` needs for its noise band.
 
-Per key (:data:`~kernelbench.results.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` are concatenated and
-the statistics recomputed with each round weighing the same (a round whose calls converged after 5
-samples counts as much as one that took 45); the speedup's interval resamples rounds, then pairs
-within them (:func:`~kernelbench.statistics.rounds_median_interval`), so that it covers the drift
-between rounds; stage times are the median of the rounds' stage times;
+Per key (:data:`~kernelbench.results.schema.KEY_COLUMNS`): the ``ok`` rows' ``raw_ms`` are
+concatenated and the statistics recomputed with each round weighing the same (a round whose calls
+converged after 5 samples counts as much as one that took 45); the speedup's interval resamples
+rounds, then pairs within them (:func:`~kernelbench.statistics.rounds_median_interval`), so that it
+covers the drift between rounds; stage times are the median of the rounds' stage times;
 ``baseline_ms``, ``speedup`` and ``tops`` are recomputed from the pooled medians
 of the same cell, except that a paired row (timed in cycles with its baseline,
-:mod:`kernelbench.measure`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
+:mod:`kernelbench.measure.engine`) pools its own ``baseline_raw_ms`` beside its ``raw_ms`` and
 takes ``baseline_ms`` from those. Errors are deterministic for fixed seeds; should the rounds
 disagree, the largest is kept (never the flattering one). A key with no ``ok`` row keeps its last
 round's row (skipped or failed, with the reason). Nothing is written to the inputs."""
@@ -31,7 +31,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from kernelbench.core import BASELINE, work_flops
-from kernelbench.results import (
+from kernelbench.results.schema import (
     ENV_FILE,
     KEY_COLUMNS,
     ResultRow,
@@ -152,8 +152,8 @@ def pool_rows(rows: list[dict]) -> list[ResultRow]:
 def merge_runs(paths: list[Path]) -> tuple[list[ResultRow], dict]:
     """Pooled rows (in the first run's order, then keys only later runs have) and an env.
 
-    Raises :class:`~kernelbench.results.SchemaError` for an unreadable run, fewer than two runs,
-    or runs of different device classes or cases (pooling those would mix machines)."""
+    Raises :class:`~kernelbench.results.schema.SchemaError` for an unreadable run, fewer than two
+    runs, or runs of different device classes or cases (pooling those would mix machines)."""
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise SchemaError("merge needs at least two runs")

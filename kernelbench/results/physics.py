@@ -30,7 +30,7 @@ from kernelbench.core import (
     work_bytes,
     work_flops,
 )
-from kernelbench.results import ResultRow
+from kernelbench.results.schema import ResultRow
 from kernelbench.statistics import median_interval, rel_halfwidth
 
 PEAK_SOURCES = ("measured", "datasheet")

@@ -1,9 +1,9 @@
 """Executors run the harness's work items and stream result rows back.
 
-The harness (:mod:`kernelbench.harness`) turns a case into :class:`WorkItem` s and knows how to
+The harness (:mod:`kernelbench.run.cell`) turns a case into :class:`WorkItem` s and knows how to
 measure one; an executor decides where and in which order items run. ``local`` (the default)
 measures them in this process, in order, keeping cells prepared between rounds within a memory
-budget (:mod:`kernelbench.prepared`). :data:`EXECUTORS` lists every executor by module path,
+budget (:mod:`kernelbench.run.prepared`). :data:`EXECUTORS` lists every executor by module path,
 so a module (Ray's) is imported only when its executor is asked for.
 """
 
@@ -13,16 +13,11 @@ import importlib
 from collections.abc import Iterator
 from typing import Protocol
 
-from kernelbench.cases import Case
-from kernelbench.harness import (
-    CallEstimator,
-    RunOptions,
-    WorkItem,
-    load_user_activations,
-    measure_cell,
-)
-from kernelbench.prepared import PreparedCells, default_limit_bytes
-from kernelbench.results import ResultRow
+from kernelbench.results.schema import ResultRow
+from kernelbench.run.cases import Case
+from kernelbench.run.cell import measure_cell
+from kernelbench.run.plan import CallEstimator, RunOptions, WorkItem, load_user_activations
+from kernelbench.run.prepared import PreparedCells, default_limit_bytes
 
 
 class Executor(Protocol):
@@ -60,8 +55,8 @@ class LocalExecutor:
 
 #: name -> "module:Class"; loaded on demand.
 EXECUTORS = {
-    "local": "kernelbench.executors:LocalExecutor",
-    "ray": "kernelbench.ray_executor:RayExecutor",
+    "local": "kernelbench.run.executors:LocalExecutor",
+    "ray": "kernelbench.run.ray_executor:RayExecutor",
 }
 
 

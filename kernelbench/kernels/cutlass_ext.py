@@ -41,8 +41,8 @@ import torch
 from kernelbench.checks import check_tensor as _check_tensor
 from kernelbench.checks import require as _require
 from kernelbench.checks import same_cuda_device as _check_device
-from kernelbench.cuda_ext import DTYPE_CODES
-from kernelbench.padding import MAX_K
+from kernelbench.kernels.cuda_ext import DTYPE_CODES
+from kernelbench.kernels.padding import MAX_K
 from kernelbench.quant import DEQUANT_CONSTANT
 
 try:  # only built where nvcc and the CUTLASS headers were found (cmake/cuda.cmake)

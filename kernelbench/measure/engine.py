@@ -29,8 +29,8 @@ from types import MappingProxyType
 
 import torch
 
+from kernelbench.measure.timing import CallTimer, Clock, call_timer, freed_memory_reused
 from kernelbench.statistics import median_interval, rel_halfwidth, stats
-from kernelbench.timing import CallTimer, Clock, call_timer, freed_memory_reused
 
 Call = Callable[[], object]
 

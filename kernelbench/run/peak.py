@@ -6,8 +6,8 @@ bandwidth is the best of a large tensor copy (bytes read plus written) or read-o
 best call, not the median: a peak is what the device can do, and on a shared machine a median
 measures the load.
 The figures are cached per device class (``$KERNELBENCH_CACHE`` or ``~/.cache/kernelbench``)
-and copied into every run's ``env.json``, where :mod:`kernelbench.physics` reads them as each
-row's roofline.
+and copied into every run's ``env.json``, where :mod:`kernelbench.results.physics` reads them as
+each row's roofline.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from kernelbench.core import work_flops
-from kernelbench.env import device_class
-from kernelbench.measure import MeasurementEngine, TimerSettings
+from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.quant import QuantConfig
+from kernelbench.run.env import device_class
 from kernelbench.statistics import stats
 
 #: GEMM shapes (m, k, n) tried for each peak; the best is kept. Large ones, and mid-sized ones

@@ -1,0 +1,3 @@
+from kernelbench.cli.commands import main
+
+main()

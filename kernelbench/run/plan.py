@@ -1,0 +1,230 @@
+"""What a run will measure: its options, the work items (cells x rounds) of a case, the
+(backend, method) pairs, the call-time estimates that skip hopeless rows, and the extra rounds
+its uncertain rows get. Measuring one work item is :mod:`kernelbench.run.cell`'s.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kernelbench.backends import all_backends
+from kernelbench.core import BASELINE, FP32, METHODS
+from kernelbench.measure.engine import TimerSettings
+from kernelbench.quant import QuantConfig
+from kernelbench.run.cases import Case, Size, load_activation_file
+from kernelbench.statistics import rel_halfwidth
+
+#: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
+#: needs them, and on CPUs without native bf16 the 16-bit baseline is the slowest row.
+BASELINE_CALL_FACTOR = 3.0
+#: ``--layer all``: every layer of one transformer block of each size.
+ALL_LAYERS = "all"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    case: str = "gpt3"
+    sizes: tuple[int, ...] | None = None  # d_model values; None = all of the case
+    tokens: tuple[int, ...] | None = None
+    layer: str | None = None
+    dist: str | None = None
+    backends: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    device: str = "cpu"
+    cfg: QuantConfig = field(default_factory=QuantConfig)
+    timer: TimerSettings = field(default_factory=TimerSettings)
+    stage_timer: TimerSettings = field(
+        default_factory=lambda: TimerSettings(budget_s=0.05, warmup_s=0.0, min_samples=1)
+    )
+    max_call_s: float = 30.0
+    error_rows: int = 512
+    activations: Path | None = None
+    #: The sweep visits its cells this many times (round 0 in size order, later rounds each in
+    #: a fresh shuffled order); a row's pairs are pooled over the rounds.
+    rounds: int = 3
+    #: A pooled speedup whose 95% interval is wider than this (half-width, relative) is "wide":
+    #: the run measures its cell again while ``extra_rounds`` last, then says so.
+    ci_target: float = 0.05
+    extra_rounds: int = 2
+    #: Estimated seconds each extra round may take (cheapest uncertain cells first).
+    extra_round_budget_s: float = 45.0
+    #: Memory (bytes) a local run may keep cells' inputs and runners in between rounds, so that
+    #: a later round does not quantize the weights again; ``None``: a share of physical memory
+    #: (:func:`kernelbench.run.prepared.default_limit_bytes`), 0: keep nothing.
+    keep_prepared_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One cell of the sweep; every (backend, method) pair is measured on its inputs."""
+
+    size: Size
+    layer: str
+    tokens: int
+    dist: str
+    round: int = 0
+    #: Measure only these (backend, method) pairs (and the baseline they pair with); ``None``:
+    #: all of the run's pairs. Extra rounds for wide or suspect rows use it.
+    only: frozenset[tuple[str, str]] | None = None
+
+    @property
+    def label(self) -> str:
+        text = f"{self.size.name} d={self.size.d_model} {self.layer} tokens={self.tokens}"
+        return f"{text} round {self.round}" if self.round else text
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or auto, got {device!r}")
+    return torch.device(device)
+
+
+def plan(case: Case, opts: RunOptions) -> list[WorkItem]:
+    sizes = [case.size(d) for d in opts.sizes] if opts.sizes else list(case.sizes)
+    layer = opts.layer or case.default_layer
+    if layer != ALL_LAYERS:
+        for s in sizes:
+            case.shape(layer, s.d_model)  # validates the layer name
+    tokens = opts.tokens or case.default_tokens
+    dist = opts.dist or case.default_dist
+    if opts.activations is not None:
+        dist = f"file:{Path(opts.activations).name}"
+    layers = [
+        (s, lay)
+        for s in sizes
+        for lay in (case.layer_names(s.d_model) if layer == ALL_LAYERS else (layer,))
+    ]
+    items = []
+    for r in range(opts.rounds):
+        # round 0 goes up in size, so that every call-time estimate comes from below; later
+        # rounds each in a fresh shuffled order. The token counts of a layer come one after
+        # another (in a shuffled order after round 0): they share its prepared weights.
+        order = list(layers)
+        rng = random.Random(case.seed + r)
+        if r:
+            rng.shuffle(order)
+        for s, lay in order:
+            counts = list(tokens)
+            if r:
+                rng.shuffle(counts)
+            items += [WorkItem(s, lay, t, dist, round=r) for t in counts]
+    return items
+
+
+def method_pairs(opts: RunOptions) -> list[tuple[str, str]]:
+    """(backend, method) pairs in measuring order: baselines first."""
+    backends = list(opts.backends or [n for n, b in all_backends().items() if b.in_default_sweep])
+    methods = list(opts.methods or METHODS)
+    unknown = [b for b in backends if b not in all_backends()]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {unknown}; known: {', '.join(all_backends())}")
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"unknown method(s) {bad}; known: {', '.join(METHODS)}")
+    pairs = [(b, m) for b in backends for m in methods]
+    first = [p for p in (BASELINE, FP32) if p in pairs]
+    return first + [p for p in pairs if p not in first]
+
+
+class CallEstimator:
+    """Throughput of each (backend, method) at each token count seen so far in this run, to
+    skip hopeless rows (small token counts run far below the large ones' throughput, so an
+    estimate comes only from the same token count)."""
+
+    def __init__(self) -> None:
+        self.ops_per_s: dict[tuple[tuple[str, str], int], tuple[float, int]] = {}
+
+    def record(
+        self, key: tuple[str, str], ops: float, seconds: float, d_model: int, tokens: int
+    ) -> None:
+        if seconds > 0:
+            self.ops_per_s[(key, tokens)] = (ops / seconds, d_model)
+
+    def estimate(self, key: tuple[str, str], ops: float, tokens: int) -> tuple[float, int] | None:
+        if (key, tokens) not in self.ops_per_s:
+            return None
+        rate, d_model = self.ops_per_s[(key, tokens)]
+        return ops / rate, d_model
+
+
+def max_call_s(pair: tuple[str, str], limit_s: float) -> float:
+    """The longest estimated call ``pair`` may have before its row is skipped, under the run's
+    ``max_call_s`` of ``limit_s``."""
+    return limit_s * (BASELINE_CALL_FACTOR if pair in (BASELINE, FP32) else 1.0)
+
+
+#: ``fp32`` is measured in round 0 only (paired with the baseline in that round's cycles): it
+#: is a reference point, not a contender, and at 175B shapes one call takes a 2-core CPU 17 s.
+FP32_ROUNDS = 1
+
+
+def load_user_activations(opts: RunOptions) -> torch.Tensor | None:
+    return load_activation_file(opts.activations) if opts.activations else None
+
+
+#: A row whose pooled interval is wider than this many times the run's ``ci_target`` seldom
+#: narrows to it in an extra round. Three decode sweeps on a 2-core VM (768-4096 x tokens 1, 8,
+#: 32; 3 rounds + 2 extra): of the rows that got extra rounds, 26 of 107 within twice the target
+#: reached it, 4 of 120 beyond twice did (their intervals narrowed by about 15%).
+WITHIN_REACH = 2.0
+
+
+def followup_items(
+    rows: list[dict],
+    env: dict,
+    items: list[WorkItem],
+    next_round: int,
+    budget_s: float | None = None,
+    row_budget_s: float = 0.0,
+) -> list[WorkItem]:
+    """Work items of one extra round for the cells whose pooled rows are still uncertain: a
+    speedup interval wider than the run's ``ci_target``, or an ordering contradiction (which
+    more pairs either resolve or confirm). Each item measures only those rows (and the
+    baseline they pair with). With ``budget_s``, the rows within reach of the target (at most
+    :data:`WITHIN_REACH` times it, or in an ordering contradiction) come first, then the
+    others, each tier's cheapest cells first, and the round stops where their estimated cost
+    would exceed it: more pairs go where they can settle a row. A row is estimated as the
+    engine times it: for its budget per round (``row_budget_s``, an uncertain row seldom meets
+    its interval target sooner), and at least one pair (its time and its baseline's, measured
+    so far)."""
+    from kernelbench.results.view import pooled_rows
+
+    target = float(env.get("ci_target") or 0.0)
+    tiers: tuple[dict[tuple, set], dict[tuple, set]] = ({}, {})  # within reach, the others
+    costs: tuple[dict[tuple, float], dict[tuple, float]] = ({}, {})
+    for row in pooled_rows(rows, env):
+        if row.layer not in {i.layer for i in items}:
+            continue  # a per-block row: its layers are measured, not it
+        if (row.backend, row.method) == FP32:
+            continue  # measured in round 0 only (FP32_ROUNDS)
+        ordering = "ordering" in row.suspect_reason
+        if row.status == "ok" and (row.ci_wide or ordering):
+            width = rel_halfwidth(row.speedup, row.speedup_lo, row.speedup_hi)
+            tier = 0 if ordering or width <= WITHIN_REACH * target else 1
+            cell = (row.d_model, row.layer, row.tokens)
+            tiers[tier].setdefault(cell, set()).add((row.backend, row.method))
+            pair_s = ((row.median_ms or 0.0) + (row.baseline_ms or 0.0)) / 1e3
+            costs[tier][cell] = costs[tier].get(cell, 0.0) + max(row_budget_s, pair_s)
+    cells = {(i.size.d_model, i.layer, i.tokens): i for i in items}
+    chosen: dict[tuple, set[tuple[str, str]]] = {}
+    spent = 0.0
+    for uncertain, cost in zip(tiers, costs, strict=True):
+        for c in sorted(uncertain, key=cost.__getitem__):
+            if c not in cells:
+                continue
+            if budget_s is not None and spent + cost[c] > budget_s:
+                break
+            spent += cost[c]
+            chosen.setdefault(c, set()).update(uncertain[c])
+    return [
+        WorkItem(cells[c].size, c[1], c[2], cells[c].dist, next_round, frozenset(pairs))
+        for c, pairs in chosen.items()
+    ]
