@@ -1,11 +1,14 @@
-"""The shape of the package: layering (what may import what), the backend registry as the one
-list of backends, and verification status as data."""
+"""The shape of the package: layering (the import contracts of pyproject.toml, run by
+lint-imports), the backend registry as the one list of backends, and verification status as
+data."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pkgutil
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,43 +28,56 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Modules of kernelbench/backends that are not backends: the interface and helpers.
 BACKEND_HELPERS = {"base", "_peers", "custom_cuda", "plugins", "contract"}
-EXTENSIONS = ("kernelbench._cpu", "kernelbench._cuda", "kernelbench._cutlass")
 
 
-def imported_after(*modules: str) -> set[str]:
-    """The modules a fresh interpreter holds after importing ``modules``."""
-    code = "import json, sys\n" + "".join(f"import {m}\n" for m in modules)
-    code += "print(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+def lint_imports(package_parent: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` with the contracts of pyproject.toml on the package under
+    ``package_parent``."""
+    return subprocess.run(
+        ["lint-imports", "--no-cache", str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=package_parent,
+        env={**os.environ, "PYTHONPATH": str(package_parent)},
     )
-    return set(json.loads(out.stdout.splitlines()[-1]))
 
 
-#: The readers of a run: they work where the benchmark's dependencies are not installed.
-READERS = (
-    "kernelbench.report",
-    "kernelbench.results.compare",
-    "kernelbench.report.console",
-    "kernelbench.results.merge",
+@pytest.fixture(scope="module")
+def lint_imports_available():
+    if shutil.which("lint-imports") is None:
+        pytest.skip("lint-imports not installed (pip install '.[test]')")
+
+
+def test_the_package_keeps_its_import_contracts(lint_imports_available):
+    """Layers (a folder imports only those below it), readers without torch, and an oracle
+    and machine description that need no backend: the contracts in pyproject.toml."""
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "contract"),
+    [
+        ("quant.py", "from kernelbench.run import plan", "each layer imports only"),
+        ("results/view.py", "import torch", "readers of a saved run"),
+        ("oracle.py", "from kernelbench.backends import base", "the oracle and the machine"),
+    ],
 )
+def test_a_planted_import_breaks_a_contract(
+    lint_imports_available, tmp_path: Path, module: str, planted: str, contract: str
+):
+    shutil.copytree(ROOT / "kernelbench", tmp_path / "kernelbench", ignore=_not_source)
+    target = tmp_path / "kernelbench" / module
+    target.write_text(target.read_text(encoding="utf-8") + f"\n{planted}\n", encoding="utf-8")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0, done.stdout
+    assert f"{contract}" in done.stdout and "BROKEN" in done.stdout
 
 
-def test_readers_do_not_import_torch():
-    loaded = imported_after(*READERS, "kernelbench.core")
-    assert set(READERS) <= loaded
-    assert "torch" not in loaded
-    assert not {m for m in loaded if m.startswith("kernelbench.backends")}
-
-
-@pytest.mark.parametrize("module", ["kernelbench.oracle", "kernelbench.run.env"])
-def test_lower_layers_import_no_backend_and_no_extension(module):
-    """The oracle judges the backends and env.json describes the machine: neither needs a
-    backend or a kernel extension."""
-    loaded = imported_after(module)
-    assert module in loaded
-    assert not {m for m in loaded if m.startswith("kernelbench.backends")}
-    assert not set(EXTENSIONS) & loaded
+def _not_source(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n == "__pycache__" or n.endswith(".so")}
 
 
 # --- the registry --------------------------------------------------------------------------
