@@ -30,6 +30,8 @@ from typing import Literal, TypeVar
 
 import torch
 
+from kernelbench import settings
+
 INT8_MAX = 127
 # 1/127^2 = 6.2000124e-05 exactly as computed; bitsandbytes writes 6.200124e-05, which differs
 # from 1/127^2 by 1.8e-5 relative.
@@ -68,22 +70,19 @@ _Weight = TypeVar("_Weight", bound="PreparedWeight")
 class QuantConfig:
     """The knobs of LLM.int8() that the paper and its official code set differently."""
 
-    alpha: float = 6.0
-    outlier_cmp: OutlierTest = OutlierTest.GT  # a string ">" / ">=" is converted
-    outlier_weights: OutlierWeights = "fp16"
+    alpha: float = settings.default("alpha")
+    #: a string ">" / ">=" is converted
+    outlier_cmp: OutlierTest = OutlierTest(settings.default("outlier_cmp"))
+    outlier_weights: OutlierWeights = settings.default("outlier_weights")
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "outlier_cmp", OutlierTest(self.outlier_cmp))
-        except ValueError:
-            msg = f"outlier_cmp must be '>' or '>=', got {self.outlier_cmp!r}"
-            raise ValueError(msg) from None
-        if self.outlier_weights not in ("fp16", "int8"):
-            raise ValueError(
-                f"outlier_weights must be 'fp16' or 'int8', got {self.outlier_weights!r}"
-            )
-        if not (self.alpha == self.alpha) or self.alpha in (float("inf"), float("-inf")):
-            raise ValueError(f"alpha must be a finite number, got {self.alpha!r}")
+        """Each knob checked against its declared range (:mod:`kernelbench.settings`): a
+        :class:`~kernelbench.settings.SettingError` (a ``ValueError``) naming it."""
+        cmp = str(getattr(self.outlier_cmp, "value", self.outlier_cmp))
+        settings.check("outlier_cmp", cmp, label="outlier_cmp")
+        object.__setattr__(self, "outlier_cmp", OutlierTest(cmp))
+        settings.check("outlier_weights", self.outlier_weights, label="outlier_weights")
+        settings.check("alpha", self.alpha, label="alpha")
 
     @property
     def decomposition(self) -> bool:

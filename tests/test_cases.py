@@ -111,9 +111,14 @@ def test_quick_profile_sizes_fall_back_to_what_the_case_has():
     def request(case: str, dims=None) -> RunRequest:
         chosen = profiles.resolve("quick", sizes=dims)
         return RunRequest(
-            chosen, case, None, None, "all", None, None, "cpu", Path("x"), False, 6.0, ">",
-            "fp16", "local", None, dims is not None,
-        )  # fmt: skip
+            profile=chosen,
+            case=case,
+            device="cpu",
+            out=Path("x"),
+            executor="local",
+            layer="all",
+            sizes_given=dims is not None,
+        )
 
     assert _sizes(request("gpt3"), load_case("gpt3")) == (768, 1024, 2048)
     assert _sizes(request("opt"), load_case("opt")) == (768, 1024, 2048)

@@ -140,7 +140,7 @@ def test_paired_ratio_holds_while_the_machine_speed_swings():
     2x, the ratio of the two calls of a pair does not."""
     machine = FakeMachine(lambda i: 2.0 if (i // 6) % 2 else 1.0)
     e = engine(
-        machine, budget_s=100, warmup_s=0.0, max_samples=21, target_rel_spread=-1.0, target_ci=-1.0
+        machine, budget_s=100, warmup_s=0.0, max_samples=21, target_rel_spread=-1.0, ci_target=-1.0
     )
     meas = e.measure(machine.call(1.0), first_call_s=1.0, baseline=machine.call(2.0))
     assert meas.paired and len(meas.row_ms) == len(meas.baseline_ms) == 21
@@ -154,7 +154,7 @@ def test_a_row_alone_is_bracketed_by_baseline_calls_and_the_budget_counts_both()
     machine = FakeMachine()
     order = []
     row, base = machine.call(10.0), machine.call(30.0)
-    e = engine(machine, budget_s=0.2, warmup_s=0.0, target_rel_spread=-1.0, target_ci=-1.0)
+    e = engine(machine, budget_s=0.2, warmup_s=0.0, target_rel_spread=-1.0, ci_target=-1.0)
     meas = e.measure(
         lambda: (order.append("row"), row()), 1.0, baseline=lambda: (order.append("b"), base())
     )
@@ -180,7 +180,7 @@ def test_a_cell_shares_one_baseline_call_per_cycle_and_holds_each_ratio_while_sp
         return lambda: (calls.append(name), run())
 
     e = engine(
-        machine, budget_s=100, warmup_s=0.0, max_samples=30, target_rel_spread=-1.0, target_ci=-1.0
+        machine, budget_s=100, warmup_s=0.0, max_samples=30, target_rel_spread=-1.0, ci_target=-1.0
     )
     rows = {"a": call("a", 2.0), "b": call("b", 4.0), "c": call("c", 8.0)}
     cell = e.measure_cell(rows, baseline=call("base", 8.0), seed=3)
@@ -205,7 +205,7 @@ def test_rows_leave_the_cycles_when_done_and_a_raising_row_leaves_the_others():
             raise RuntimeError("kernel fell over")
         machine.call(1.0)()
 
-    e = engine(machine, warmup_s=0.0, target_rel_spread=-1.0, target_ci=-1.0, max_samples=4)
+    e = engine(machine, warmup_s=0.0, target_rel_spread=-1.0, ci_target=-1.0, max_samples=4)
     rows = {"short": machine.call(1.0), "flaky": flaky}
     cell = e.measure_cell(rows, baseline=machine.call(2.0))
     assert cell.failed == {"flaky": "RuntimeError: kernel fell over"}
@@ -273,7 +273,7 @@ def test_first_output_hooks_get_the_first_call_and_their_time_is_left_out_of_the
         machine.now += 0.5  # the accuracy check takes half a second
 
     timer = TimerSettings(
-        budget_s=100, warmup_s=0.0, max_samples=3, target_rel_spread=-1.0, target_ci=-1.0
+        budget_s=100, warmup_s=0.0, max_samples=3, target_rel_spread=-1.0, ci_target=-1.0
     )
     e = MeasurementEngine("cpu", timer, timer, clock=machine.clock, timer=CallTimer(machine.clock))
     base_seen: list[object] = []
@@ -299,7 +299,7 @@ def test_a_raising_output_hook_fails_its_row_only():
     def bad_check(out):
         raise ValueError("output has NaN")
 
-    e = engine(machine, warmup_s=0.0, target_rel_spread=-1.0, target_ci=-1.0, max_samples=2)
+    e = engine(machine, warmup_s=0.0, target_rel_spread=-1.0, ci_target=-1.0, max_samples=2)
     cell = e.measure_cell(
         {"bad": machine.call(1.0), "good": machine.call(1.0)},
         baseline=machine.call(2.0),
@@ -342,7 +342,7 @@ def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
     assert libc.calls == []
     # the engine times CPU calls so (cycles, first calls, stages), and not where told not to
     machine = FakeMachine()
-    e = engine(machine, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, target_ci=-1.0)
+    e = engine(machine, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
     e.measure_cell({"a": machine.call(1.0)}, baseline=machine.call(2.0))
     e.first_call(machine.call(1.0))
     e.time_stages({"s": machine.call(1.0)})

@@ -246,7 +246,11 @@ def _methods_or_skip(backend, device, wanted, dtype=torch.bfloat16, m=8, k=8, n=
 
 # --- the contracts ---------------------------------------------------------------------------
 
-CFGS = (QuantConfig(), QuantConfig(6.0, ">=", "int8"), QuantConfig(1.5, ">", "fp16"))
+CFGS = (
+    QuantConfig(),
+    QuantConfig(outlier_cmp=">=", outlier_weights="int8"),
+    QuantConfig(1.5, ">", "fp16"),
+)
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Shapes (m, k, n) with tails: sizes that are no multiple of any vector width or tile.
 TAIL_SHAPES = ((1, 1, 1), (7, 3, 5), (13, 37, 19), (33, 129, 47), (5, 67, 17))
@@ -324,7 +328,7 @@ def check_outliers(backend: Backend, device, gen) -> None:
     x, dims = outlier_activations(gen, 40, 96, n_outlier_dims=5)
     w, bias = randn(gen, 24, 96, scale=0.1), randn(gen, 24)
     x, w, bias, dims = (t.to(device) for t in (x, w, bias, dims))
-    for cfg in (QuantConfig(), QuantConfig(6.0, ">", "int8")):
+    for cfg in (QuantConfig(), QuantConfig(outlier_weights="int8")):
         for kept in (None, dims):
             what = f"llm_int8 weights={cfg.outlier_weights} kept={kept is not None}"
             r = _run_checked(backend, "llm_int8", x, w, bias, cfg, kept, what)

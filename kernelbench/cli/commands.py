@@ -20,6 +20,7 @@ from kernelbench.cli.common import (
 )
 from kernelbench.run import profiles
 from kernelbench.run.profiles import PROFILES
+from kernelbench.settings import SETTINGS, SettingError, check
 
 app = typer.Typer(
     add_completion=False,
@@ -159,9 +160,10 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
 
 
-def _help_default(field: str, unit: str = "") -> str:
-    values = {name: getattr(p, field) for name, p in PROFILES.items()}
-    return "(default: " + "; ".join(f"{k}: {v:g}{unit}" for k, v in values.items()) + ")"
+def _profiled_help(name: str) -> str:
+    """A profile setting's help: its declared text, then its value in each profile."""
+    values = [f"{p}: {getattr(profile, name):g}" for p, profile in PROFILES.items()]
+    return f"{SETTINGS[name].help} ({'; '.join(values)})"
 
 
 @app.command()
@@ -203,40 +205,22 @@ def run(
         metavar="NAME",
         help="Named defaults: "
         + "; ".join(f"{p.name}: {p.description}" for p in PROFILES.values())
-        + " (default: default). Flags given explicitly win",
+        + " (without --profile: default). Flags given explicitly win",
     ),
-    rounds: int = typer.Option(
-        None, metavar="N", help="Visits of each cell; rows pooled " + _help_default("rounds")
+    rounds: int = typer.Option(None, metavar="N", help=_profiled_help("rounds")),
+    ci_target: float = typer.Option(None, metavar="FRACTION", help=_profiled_help("ci_target")),
+    extra_rounds: int = typer.Option(None, metavar="N", help=_profiled_help("extra_rounds")),
+    threads: int = typer.Option(None, metavar="N", help=SETTINGS["threads"].help),
+    budget: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("budget_s")),
+    max_call: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("max_call_s")),
+    alpha: float = typer.Option(SETTINGS["alpha"].default, help=SETTINGS["alpha"].help),
+    outlier_cmp: str = typer.Option(
+        SETTINGS["outlier_cmp"].default, metavar="OP", help=SETTINGS["outlier_cmp"].help
     ),
-    ci_target: float = typer.Option(
-        None,
-        metavar="FRACTION",
-        help="Speedup intervals wider than this (relative half-width) get extra rounds, then a "
-        "flag " + _help_default("ci_target"),
-    ),
-    extra_rounds: int = typer.Option(
-        None,
-        metavar="N",
-        help="At most this many extra rounds for rows whose interval is too wide "
-        + _help_default("extra_rounds"),
-    ),
-    threads: int = typer.Option(None, metavar="N", help="CPU threads (default: torch's)"),
-    budget: float = typer.Option(
-        None, metavar="SECONDS", help="Timed samples per row and round " + _help_default("budget_s")
-    ),
-    max_call: float = typer.Option(
-        None,
-        metavar="SECONDS",
-        help="Skip rows whose one call is estimated above this " + _help_default("max_call_s"),
-    ),
-    alpha: float = typer.Option(6.0, help="Outlier threshold (0 = no decomposition)"),
-    outlier_cmp: str = typer.Option(">", metavar="OP", help="'>' (paper) or '>=' (bitsandbytes)"),
     outlier_weights: str = typer.Option(
-        "fp16", metavar="NAME", help="fp16 (paper eq. 8) or int8 (bitsandbytes)"
+        SETTINGS["outlier_weights"].default, metavar="NAME", help=SETTINGS["outlier_weights"].help
     ),
-    error_rows: int = typer.Option(
-        None, metavar="N", help="Output rows checked against float64 " + _help_default("error_rows")
-    ),
+    error_rows: int = typer.Option(None, metavar="N", help=_profiled_help("error_rows")),
     no_report: bool = typer.Option(False, "--no-report", metavar="", help="No report.html"),
     executor: str = typer.Option("local", metavar="NAME", help="local | ray"),
     address: str = typer.Option(None, metavar="HOST:PORT", help="Ray cluster (--executor ray)"),
@@ -267,22 +251,33 @@ def run(
             extra_rounds=extra_rounds,
             threads=threads,
         )
-    except profiles.SettingError as exc:
+        check("alpha", alpha)
+        check("outlier_cmp", outlier_cmp)
+        check("outlier_weights", outlier_weights)
+    except SettingError as exc:
         raise fail(str(exc)) from None
     if dist is not None and dist not in DISTRIBUTIONS:
         raise fail(f"--dist must be one of {', '.join(DISTRIBUTIONS)}, got {dist!r}")
-    if outlier_cmp not in (">", ">="):
-        raise fail(f"--outlier-cmp must be '>' or '>=', got {outlier_cmp!r}")
-    if outlier_weights not in ("fp16", "int8"):
-        raise fail(f"--outlier-weights must be fp16 or int8, got {outlier_weights!r}")
-    if not alpha == alpha or abs(alpha) == float("inf") or alpha < 0:
-        raise fail(f"--alpha must be a finite number >= 0, got {alpha}")
     from kernelbench.cli.sweep import RunRequest, run_sweep
 
     req = RunRequest(
-        chosen, case, _csv(backends), _csv(methods), layer, dist, activations, device, out,
-        resume, alpha, outlier_cmp, outlier_weights, executor, address, dims is not None,
-    )  # fmt: skip
+        profile=chosen,
+        case=case,
+        backends=_csv(backends),
+        methods=_csv(methods),
+        layer=layer,
+        dist=dist,
+        activations=activations,
+        device=device,
+        out=out,
+        resume=resume,
+        alpha=alpha,
+        outlier_cmp=outlier_cmp,
+        outlier_weights=outlier_weights,
+        executor=executor,
+        address=address,
+        sizes_given=dims is not None,
+    )
     run_sweep(req, no_report)
 
 

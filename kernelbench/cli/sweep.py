@@ -19,29 +19,31 @@ from rich.markup import escape
 
 from kernelbench.cli.common import console, fail, skipped_lines_reported, write_report
 from kernelbench.run import profiles
+from kernelbench.settings import default
 
 EXIT_INTERRUPTED = 130
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRequest:
-    """Everything ``run`` was asked, checked for ranges, before torch is imported."""
+    """Everything ``run`` was asked, checked for ranges, before torch is imported; what was
+    not asked is ``None`` (the case's or the backends' own choice) or the declared default."""
 
     profile: profiles.Profile
     case: str
-    backends: tuple[str, ...] | None
-    methods: tuple[str, ...] | None
-    layer: str | None
-    dist: str | None
-    activations: Path | None
     device: str
     out: Path
-    resume: bool
-    alpha: float
-    outlier_cmp: str
-    outlier_weights: str
     executor: str
-    address: str | None
+    backends: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    layer: str | None = None
+    dist: str | None = None
+    activations: Path | None = None
+    resume: bool = False
+    alpha: float = default("alpha")
+    outlier_cmp: str = default("outlier_cmp")
+    outlier_weights: str = default("outlier_weights")
+    address: str | None = None
     #: --sizes named model dims; otherwise a profile's sizes are a preference (see _sizes).
     sizes_given: bool = False
 
@@ -119,7 +121,7 @@ def _prepare(req: RunRequest) -> _Prepared:
             cfg=QuantConfig(req.alpha, req.outlier_cmp, req.outlier_weights),
             # a round stops sampling a row once its own interval meets the run's target: the
             # pooled interval (over rounds) is what the run reports and extends
-            timer=TimerSettings(budget_s=p.budget_s, warmup_s=p.warmup_s, target_ci=p.ci_target),
+            timer=TimerSettings(budget_s=p.budget_s, warmup_s=p.warmup_s, ci_target=p.ci_target),
             max_call_s=p.max_call_s,
             error_rows=p.error_rows,
             activations=req.activations,

@@ -30,6 +30,7 @@ from types import MappingProxyType
 import torch
 
 from kernelbench.measure.timing import CallTimer, Clock, call_timer, freed_memory_reused
+from kernelbench.settings import default
 from kernelbench.statistics import median_interval, rel_halfwidth, stats
 
 Call = Callable[[], object]
@@ -116,12 +117,18 @@ class StoppingRules:
 class TimerSettings:
     """The stopping rules of one row's sampling, as data (a run's settings are recorded)."""
 
-    budget_s: float = 1.0  # wall time of the timed calls of one row in one round
-    warmup_s: float = 0.2  # warm-up calls until this much time has passed
+    budget_s: float = default("budget_s")  # wall time of one row's timed calls in one round
+    warmup_s: float = default("warmup_s")  # warm-up calls until this much time has passed
     min_samples: int = 3  # the spread and interval targets need this many samples first
     max_samples: int = 200
     target_rel_spread: float = 0.02  # IQR / median of the samples
-    target_ci: float = 0.02  # half-width of the 95% interval of the median, relative
+    ci_target: float = default("ci_target")  # 95% interval half-width of the median, relative
+
+    @classmethod
+    def for_stages(cls, budget_s: float | None = None) -> TimerSettings:
+        """Each stage timed alone, once warm (its row's first call was the warm-up)."""
+        budget = default("stage_budget_s") if budget_s is None else budget_s
+        return cls(budget_s=budget, warmup_s=0.0, min_samples=1)
 
     def rules(self) -> StoppingRules:
         return StoppingRules(
@@ -129,7 +136,7 @@ class TimerSettings:
                 SampleCap(self.max_samples),
                 Budget(self.budget_s),
                 SpreadTarget(self.target_rel_spread, max(self.min_samples, 5)),
-                IntervalTarget(self.target_ci, max(self.min_samples, 5)),
+                IntervalTarget(self.ci_target, max(self.min_samples, 5)),
             ]
         )
 

@@ -16,14 +16,14 @@ import pandas as pd
 from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import annotate, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
-
-#: The interval target of runs whose env.json does not record one.
-DEFAULT_CI_TARGET = 0.05
+from kernelbench.settings import default, recorded
 
 
 def ci_target(env: dict) -> float:
-    value = env.get("ci_target")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_CI_TARGET
+    """The run's interval target (the declared default for a run that recorded none)."""
+    value = recorded(env, "ci_target")
+    valid = isinstance(value, (int, float)) and value > 0
+    return float(value) if valid else float(default("ci_target"))
 
 
 def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:

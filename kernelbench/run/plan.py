@@ -16,6 +16,7 @@ from kernelbench.core import BASELINE, FP32, METHODS
 from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import QuantConfig
 from kernelbench.run.cases import Case, Size, load_activation_file
+from kernelbench.settings import default, recorded
 from kernelbench.statistics import rel_halfwidth
 
 #: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
@@ -37,21 +38,19 @@ class RunOptions:
     device: str = "cpu"
     cfg: QuantConfig = field(default_factory=QuantConfig)
     timer: TimerSettings = field(default_factory=TimerSettings)
-    stage_timer: TimerSettings = field(
-        default_factory=lambda: TimerSettings(budget_s=0.05, warmup_s=0.0, min_samples=1)
-    )
-    max_call_s: float = 30.0
-    error_rows: int = 512
+    stage_timer: TimerSettings = field(default_factory=TimerSettings.for_stages)
+    max_call_s: float = default("max_call_s")
+    error_rows: int = default("error_rows")
     activations: Path | None = None
     #: The sweep visits its cells this many times (round 0 in size order, later rounds each in
     #: a fresh shuffled order); a row's pairs are pooled over the rounds.
-    rounds: int = 3
+    rounds: int = default("rounds")
     #: A pooled speedup whose 95% interval is wider than this (half-width, relative) is "wide":
     #: the run measures its cell again while ``extra_rounds`` last, then says so.
-    ci_target: float = 0.05
-    extra_rounds: int = 2
+    ci_target: float = default("ci_target")
+    extra_rounds: int = default("extra_rounds")
     #: Estimated seconds each extra round may take (cheapest uncertain cells first).
-    extra_round_budget_s: float = 45.0
+    extra_round_budget_s: float = default("extra_round_budget_s")
     #: Memory (bytes) a local run may keep cells' inputs and runners in between rounds, so that
     #: a later round does not quantize the weights again; ``None``: a share of physical memory
     #: (:func:`kernelbench.run.prepared.default_limit_bytes`), 0: keep nothing.
@@ -197,7 +196,7 @@ def followup_items(
     so far)."""
     from kernelbench.results.view import pooled_rows
 
-    target = float(env.get("ci_target") or 0.0)
+    target = float(recorded(env, "ci_target"))
     tiers: tuple[dict[tuple, set], dict[tuple, set]] = ({}, {})  # within reach, the others
     costs: tuple[dict[tuple, float], dict[tuple, float]] = ({}, {})
     for row in pooled_rows(rows, env):
