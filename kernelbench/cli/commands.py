@@ -109,7 +109,8 @@ def check_backend(
     ),
 ) -> None:
     """Run the backend contract (the checks every built-in backend passes: methods, tails,
-    -128, outliers, alpha, zero tokens, bad inputs, stages, against the float64 oracle) on one
+    -128, outliers, alpha, zero tokens, bad inputs, stages, outputs that follow their input,
+    against the float64 oracle) on one
     backend and print a pass/fail table. Exit code 1 names the failed contracts."""
     _use_backend_files(backend_file)
     if device not in ("cpu", "cuda"):
