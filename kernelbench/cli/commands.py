@@ -110,8 +110,8 @@ def check_backend(
 ) -> None:
     """Run the backend contract (the checks every built-in backend passes: methods, tails,
     -128, outliers, alpha, zero tokens, bad inputs, stages, outputs that follow their input,
-    against the float64 oracle) on one
-    backend and print a pass/fail table. Exit code 1 names the failed contracts."""
+    against the float64 oracle) on one backend and print a pass/fail table. Exit code 1 names
+    the failed contracts."""
     _use_backend_files(backend_file)
     if device not in ("cpu", "cuda"):
         raise fail(f"--device must be cpu or cuda, got {device!r}")
@@ -324,7 +324,8 @@ def compare(
         None, "--backend", help="Give verdicts for this backend's rows only (repeatable)"
     ),
 ) -> None:
-    """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input)."""
+    """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input),
+    3 (the machines are not comparable: speed not judged)."""
     from kernelbench.results.compare import FORMATS, compare_runs, render
 
     if fmt not in FORMATS:
