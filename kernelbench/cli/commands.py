@@ -367,13 +367,17 @@ def peak(
     ),
 ) -> None:
     """Measure (once per device class, then cached) this device's int8, 16-bit and fp32 GEMM
-    peaks and memory bandwidth: every run's rooflines."""
+    peaks and memory bandwidth: every run's rooflines. Measured on a quiet machine only (other
+    processes' CPU and steal checked before and during; retried, then refused, exit 2)."""
     from kernelbench.run.env import device_class
-    from kernelbench.run.peak import cache_path, cached_peak
+    from kernelbench.run.peak import PeakRefused, cache_path, cached_peak
     from kernelbench.run.plan import resolve_device
 
     dev = resolve_device(device)
-    found = cached_peak(dev, remeasure=remeasure)
+    try:
+        found = cached_peak(dev, remeasure=remeasure)
+    except PeakRefused as exc:
+        raise fail(str(exc)) from None
     for kind, entry in found.items():
         value = f"{entry['gbs']:.1f} GB/s" if "gbs" in entry else f"{entry['tops']:.3g} TOPS"
         console.print(f"{kind:>9}: {value}  [dim]{escape(entry['note'])}[/dim]")
