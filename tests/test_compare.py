@@ -600,3 +600,88 @@ def test_committed_baseline_catches_a_50pct_slowdown_of_each_custom_llm_int8_row
         label = f"gpt3 {r['size']} {r['layer']} tokens={r['tokens']} custom/llm_int8"
         slower = [ln for ln in got.output.splitlines() if ln.startswith("slower ")]
         assert len(slower) == 1 and label in slower[0], got.output
+
+
+# --- comparable machines ------------------------------------------------------------------------
+
+
+def machine_env(int8=0.887, bf16=0.408, fp32=0.187, gbs=49.0, family="26") -> dict:
+    peak = {
+        "int8": {"tops": int8, "source": "measured"},
+        "16bit": {"tops": bf16, "source": "measured"},
+        "fp32": {"tops": fp32, "source": "measured"},
+        "bandwidth": {"gbs": gbs, "source": "measured"},
+    }
+    identity = {"vendor": "AuthenticAMD", "family": family, "model": "2", "stepping": "1"}
+    return {"schema_version": 1, "peak": peak, "cpu": {"identity": identity}}
+
+
+def test_hosts_with_different_peaks_are_not_comparable_not_regressed(tmp_path: Path):
+    """One class name, two hosts: the baseline's host measured half this one's peaks. A row
+    slower by 56% is not called a regression: compare says the machines differ (exit 3)."""
+    base = write_run(tmp_path / "base", standard_rows(), machine_env())
+    r = row("llm_int8")
+    new = write_run(
+        tmp_path / "new",
+        standard_rows(llm_int8=slowed(r, 1.56)),
+        machine_env(int8=1.92, bf16=0.826, fp32=0.198),
+    )
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 3 and not cmp.regressions
+    assert "int8 peak 0.887 vs 1.92" in cmp.not_comparable
+    assert "16bit peak" in cmp.not_comparable and "fp32" not in cmp.not_comparable  # 6%: noise
+    slow = by_method(cmp)["llm_int8"]
+    assert slow.verdict == "unknown" and "slower as measured" in slow.detail
+    text = render(cmp, "text")
+    assert "NOT COMPARABLE (exit 3)" in text and "REGRESSION" not in text
+    assert json.loads(render(cmp, "json"))["exit_code"] == 3
+
+
+def test_a_different_processor_is_not_comparable_and_errors_still_gate(tmp_path: Path):
+    base = write_run(tmp_path / "base", standard_rows(), machine_env(family="25"))
+    new = write_run(tmp_path / "new", standard_rows(), machine_env(family="26"))
+    cmp = compare_runs(base, new)
+    assert cmp.exit_code == 3 and "family 25 vs 26" in cmp.not_comparable
+    worse = write_run(
+        tmp_path / "worse", standard_rows(llm_int8={"rel_error": 0.5}), machine_env(family="26")
+    )
+    cmp = compare_runs(base, worse)
+    assert cmp.exit_code == 1 and by_method(cmp)["llm_int8"].verdict == "error-worse"
+
+
+def test_same_machine_within_peak_noise_and_old_runs_compare_as_before(tmp_path: Path):
+    base = write_run(tmp_path / "base", standard_rows(), machine_env())
+    r = row("llm_int8")
+    slower = standard_rows(llm_int8=slowed(r, 1.30))
+    near = write_run(tmp_path / "near", slower, machine_env(int8=0.95, gbs=45.0))
+    assert compare_runs(base, near).exit_code == 1  # peaks within 25%: a regression
+    old = write_run(tmp_path / "old", slower)  # no identity, no peaks recorded
+    assert compare_runs(base, old).exit_code == 1
+    assert compare_runs(old, base).not_comparable == ""
+
+
+def test_cpu_identity_reads_cpuinfo_and_sysfs_caches(tmp_path: Path):
+    from kernelbench.run.env import cpu_identity
+
+    cpuinfo = (
+        "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+        "model name\t: Intel(R) Xeon(R) Platinum 8480+\nstepping\t: 8\nmicrocode\t: 0x2b0004b1\n"
+        "\nprocessor\t: 1\nvendor_id\t: OtherVendor\ncpu family\t: 99\n"
+    )
+    for i, (level, kind, size) in enumerate(
+        [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K")]
+    ):
+        d = tmp_path / "cpu0" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (d / name).write_text(value + "\n")
+    ident = cpu_identity(cpuinfo, tmp_path)
+    assert ident == {
+        "vendor": "GenuineIntel",
+        "family": "6",
+        "model": "143",
+        "stepping": "8",
+        "microcode": "0x2b0004b1",
+        "caches": {"L1d": "48K", "L1i": "32K", "L2": "2048K"},
+    }
+    assert cpu_identity("", tmp_path / "none") == {}

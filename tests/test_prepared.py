@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from kernelbench.backends import all_backends
@@ -234,7 +235,10 @@ def test_a_long_row_is_checked_on_its_first_call_in_the_cycles(monkeypatch):
     assert not first_calls and len(deferred) == len(checked) == 5
     for a, b in zip(checked, deferred, strict=True):
         assert (a.backend, a.method) == (b.backend, b.method)
-        assert b.rel_error == a.rel_error and b.max_abs_error == a.max_abs_error
+        # checked on the activations as redrawn before the cycles (kernelbench.freshness):
+        # other values of the same magnitudes, so an error of the same size, not the same bits
+        assert b.rel_error is not None and b.max_abs_error is not None
+        assert b.rel_error == pytest.approx(a.rel_error, rel=0.25, abs=1e-12)
     assert all(r.paired for r in deferred if r.method != "fp16")
     assert next(r for r in deferred if r.method == "int8_raw").rel_error == 0.0
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbench import oracle, quant
+from kernelbench import freshness, oracle, quant
 from kernelbench.backends.base import Backend, Numerics, Runner
 from kernelbench.core import METHODS
 from kernelbench.quant import QuantConfig, method_config
@@ -418,6 +418,28 @@ def check_stages(backend: Backend, device, gen) -> None:
             raise ContractFailure(f"{method}: two runs on the same inputs differ")
 
 
+def check_follows_input(backend: Backend, device, gen) -> None:
+    """Every method computes its output in the call: after its activations (``int8_raw``: its
+    first int8 operand) are redrawn in place, its next output follows the new values (no output
+    or quantization kept from build time)."""
+    methods = _methods_or_skip(backend, device, METHODS, torch.bfloat16, 16, 64, 24)
+    x0, dims = outlier_activations(gen, 16, 64, n_outlier_dims=2)
+    w, bias = randn(gen, 24, 64, scale=0.1).to(device), randn(gen, 24).to(device)
+    for method in methods:
+        x = x0.clone().to(device)
+        kept = dims.to(device) if method == "llm_int8" else None
+        r = _runner(backend)(method, x, w, bias, QuantConfig(), kept_rows=kept)
+        r.run()
+        if r.returns_int32 and r.operands is None:
+            raise ContractFailure(f"{method}: an int8_raw runner must give its operands")
+        ops = {method: r.operands} if r.returns_int32 else {}
+        spot = freshness.redraw_and_check(x, w, bias, [method], ops, gen)[0][method]
+        try:
+            spot.verify(r.run())
+        except freshness.StaleOutput as exc:
+            raise ContractFailure(f"{method}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Contract:
     name: str
@@ -438,6 +460,7 @@ CONTRACTS: tuple[Contract, ...] = (
     Contract("zero_token", check_zero_token),
     Contract("bad_inputs", check_bad_inputs),
     Contract("stages", check_stages),
+    Contract("follows_input", check_follows_input),
 )
 
 

@@ -110,8 +110,9 @@ def check_backend(
     ),
 ) -> None:
     """Run the backend contract (the checks every built-in backend passes: methods, tails,
-    -128, outliers, alpha, zero tokens, bad inputs, stages, against the float64 oracle) on one
-    backend and print a pass/fail table. Exit code 1 names the failed contracts."""
+    -128, outliers, alpha, zero tokens, bad inputs, stages, outputs that follow their input,
+    against the float64 oracle) on one backend and print a pass/fail table. Exit code 1 names
+    the failed contracts."""
     _use_backend_files(backend_file)
     if device not in ("cpu", "cuda"):
         raise fail(f"--device must be cpu or cuda, got {device!r}")
@@ -318,7 +319,8 @@ def compare(
         None, "--backend", help="Give verdicts for this backend's rows only (repeatable)"
     ),
 ) -> None:
-    """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input)."""
+    """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input),
+    3 (the machines are not comparable: speed not judged)."""
     from kernelbench.results.compare import FORMATS, compare_runs, render
 
     if fmt not in FORMATS:
@@ -360,13 +362,17 @@ def peak(
     ),
 ) -> None:
     """Measure (once per device class, then cached) this device's int8, 16-bit and fp32 GEMM
-    peaks and memory bandwidth: every run's rooflines."""
+    peaks and memory bandwidth: every run's rooflines. Measured on a quiet machine only (other
+    processes' CPU and steal checked before and during; retried, then refused, exit 2)."""
     from kernelbench.run.env import device_class
-    from kernelbench.run.peak import cache_path, cached_peak
+    from kernelbench.run.peak import PeakRefused, cache_path, cached_peak
     from kernelbench.run.plan import resolve_device
 
     dev = resolve_device(device)
-    found = cached_peak(dev, remeasure=remeasure)
+    try:
+        found = cached_peak(dev, remeasure=remeasure)
+    except PeakRefused as exc:
+        raise fail(str(exc)) from None
     for kind, entry in found.items():
         value = f"{entry['gbs']:.1f} GB/s" if "gbs" in entry else f"{entry['tops']:.3g} TOPS"
         console.print(f"{kind:>9}: {value}  [dim]{escape(entry['note'])}[/dim]")

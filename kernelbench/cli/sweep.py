@@ -235,11 +235,14 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         except Exception as exc:  # noqa: BLE001 - per-host env is informative
             console.print(f"[yellow]no per-host env: {escape(str(exc))}[/yellow]")
     if req.executor == "local":  # rooflines: this device class's measured peaks (cached)
-        from kernelbench.run.peak import cached_peak, cached_peak_exists
+        from kernelbench.run.peak import PeakRefused, cached_peak, cached_peak_exists
 
         if not cached_peak_exists(prep.device):
             console.print("measuring this device's peaks once (kernelbench peak), 1-2 min ...")
-        env["peak"] = {**env.get("peak", {}), **cached_peak(prep.device)}
+        try:
+            env["peak"] = {**env.get("peak", {}), **cached_peak(prep.device)}
+        except PeakRefused as exc:  # the run goes on without rooflines
+            console.print(f"[yellow]{escape(str(exc))}; no rooflines in this run[/yellow]")
     prep.env.update(env)
     (req.out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
 

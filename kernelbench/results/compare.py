@@ -25,8 +25,17 @@ skipped or failed in BASE, skipped in NEW, no timing, or unmeasured noise). ``sl
 ``error-worse`` and ``failed`` are regressions; ``new``, ``missing`` and ``unknown`` are reported
 and never fail the gate.
 
+Comparable machines. One device class can hold different machines (one class name, two
+processors, or one processor whose host gives it half the bandwidth): when both runs' env.json
+record the processor's identity (``cpu.identity``: vendor, family, model, stepping) and it
+differs, or a measured peak (``peak``: int8, 16-bit, fp32 TOPS, bandwidth) differs by more than
+:data:`PEAK_TOL`, the machines are not comparable. Speed differences are then not judged (the
+rows' speed verdicts are ``unknown``, saying why) and, without an error regression, the exit code
+is 3. Runs that do not record these fields compare as before.
+
 Exit codes (:attr:`Comparison.exit_code`): 0 no regression, 1 regression, 2 unusable input
-(unreadable, empty or malformed file, schema mismatch, different device classes).
+(unreadable, empty or malformed file, schema mismatch, different device classes), 3 no error
+regression, but the machines are not comparable: speed not judged.
 """
 
 from __future__ import annotations
@@ -67,7 +76,14 @@ SPEED_TOL = 0.10
 ERROR_TOL = 0.0
 
 
-EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_UNUSABLE, EXIT_NOT_COMPARABLE = 0, 1, 2, 3
+#: Measured peaks of two runs' machines differing by more than this (relative to the smaller)
+#: make them different machines: the noise of one peak measured twice on a quiet machine is a
+#: few percent, and hosts sold under one class name differed by 2x (int8) here.
+PEAK_TOL = 0.25
+#: The peaks compared, and the processor identity fields.
+PEAK_KINDS = {"int8": "tops", "16bit": "tops", "fp32": "tops", "bandwidth": "gbs"}
+IDENTITY_KEYS = ("vendor", "family", "model", "stepping")
 REGRESSIONS = ("failed", "error-worse", "slower")
 #: Display order: regressions first.
 VERDICT_ORDER = ("failed", "error-worse", "slower", "missing", "unknown", "new", "faster", "same")
@@ -109,6 +125,8 @@ class Comparison:
     rows: list[RowComparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     problem: str = ""  # non-empty: the inputs were unusable (exit 2)
+    #: non-empty: the two machines are not comparable (why); speed is not judged (exit 3)
+    not_comparable: str = ""
 
     @property
     def regressions(self) -> list[RowComparison]:
@@ -118,7 +136,9 @@ class Comparison:
     def exit_code(self) -> int:
         if self.problem:
             return EXIT_UNUSABLE
-        return EXIT_REGRESSION if self.regressions else EXIT_OK
+        if self.regressions:
+            return EXIT_REGRESSION
+        return EXIT_NOT_COMPARABLE if self.not_comparable else EXIT_OK
 
     def counts(self) -> dict[str, int]:
         out = {v: 0 for v in VERDICT_ORDER}
@@ -310,8 +330,51 @@ def compare_loaded_runs(
         keys = [k for k in keys if k[col] in backends]
         cmp.notes.append(f"verdicts for backend(s) {', '.join(backends)} only")
     cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol) for k in keys]
+    cmp.not_comparable = machines_differ(b_run.env, n_run.env)
+    if cmp.not_comparable:
+        for r in cmp.rows:
+            if r.verdict in ("slower", "faster", "same"):
+                r.detail = f"speed not judged ({r.verdict} as measured): machines not comparable"
+                r.verdict = "unknown"
     cmp.rows.sort(key=lambda r: VERDICT_ORDER.index(r.verdict))  # stable: file order within
     return cmp
+
+
+def _peaks(env: dict) -> dict[str, float]:
+    out = {}
+    for kind, unit in PEAK_KINDS.items():
+        value = (env.get("peak") or {}).get(kind, {})
+        value = value.get(unit) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            out[kind] = float(value)
+    return out
+
+
+def machines_differ(base_env: dict, new_env: dict) -> str:
+    """Why the machines of two runs are not comparable (``""``: comparable, or not known):
+    a different processor identity, or a measured peak differing by more than PEAK_TOL."""
+    why = []
+    ids = [((env.get("cpu") or {}).get("identity") or {}) for env in (base_env, new_env)]
+    differ = [k for k in IDENTITY_KEYS if k in ids[0] and k in ids[1] and ids[0][k] != ids[1][k]]
+    if differ:
+        pairs = ", ".join(f"{k} {ids[0][k]} vs {ids[1][k]}" for k in differ)
+        why.append(f"different processors ({pairs})")
+    base, new = _peaks(base_env), _peaks(new_env)
+    for kind in base.keys() & new.keys():
+        lo, hi = sorted((base[kind], new[kind]))
+        if hi / lo - 1 > PEAK_TOL:
+            unit = "GB/s" if PEAK_KINDS[kind] == "gbs" else "TOPS"
+            why.append(
+                f"{kind} peak {base[kind]:.3g} vs {new[kind]:.3g} {unit} "
+                f"(differs by more than {PEAK_TOL:.0%})"
+            )
+    if not why:
+        return ""
+    return (
+        "base and new ran on machines that are not comparable: "
+        + "; ".join(why)
+        + "; speed differences are not judged (make the baseline on this machine)"
+    )
 
 
 # --- rendering -------------------------------------------------------------------------------
@@ -355,7 +418,10 @@ def _summary(c: Comparison) -> str:
     if c.problem:
         return f"UNUSABLE INPUT (exit 2): {c.problem}"
     counts = ", ".join(f"{n} {v}" for v, n in c.counts().items()) or "no rows"
-    state = "REGRESSION (exit 1)" if c.exit_code == EXIT_REGRESSION else "OK (exit 0)"
+    state = {
+        EXIT_REGRESSION: "REGRESSION (exit 1)",
+        EXIT_NOT_COMPARABLE: f"NOT COMPARABLE (exit 3): {c.not_comparable}.",
+    }.get(c.exit_code, "OK (exit 0)")
     return f"{state}: {len(c.rows)} rows: {counts}"
 
 
@@ -420,6 +486,7 @@ def _json(c: Comparison) -> str:
     doc = {
         "exit_code": c.exit_code,
         "problem": c.problem,
+        "not_comparable": c.not_comparable,
         "base": c.base,
         "new": c.new,
         "speed_tol": c.speed_tol,

@@ -140,7 +140,8 @@ def check_roofline(rows: Iterable[ResultRow], peak: dict[str, dict]) -> None:
             _flag(
                 row,
                 f"above roofline: {best_case / 1e12:.3g} TOPS at the slow end of its interval "
-                f"> {roof / 1e12:.3g} TOPS attainable",
+                f"> {roof / 1e12:.3g} TOPS attainable (a peak cached under load? "
+                "kernelbench peak --remeasure)",
             )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from kernelbench import oracle
+from kernelbench import freshness, oracle
 from kernelbench.backends import all_backends
 from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
 from kernelbench.backends.plugins import origin_of
@@ -178,7 +178,7 @@ def measure_cell(
             continue
         if any(p.key != BASELINE for p in ready) and _memory_short(reserve, prepared, cell_key):
             # the cell's runners do not all fit: time those built so far, free them, go on
-            _measure_prepared(ready, engine, cell, inputs.seed, device)
+            _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
             measured += [p for p in ready if p.key != BASELINE]
             ready = [p for p in ready if p.key == BASELINE]
             prepared = None  # a cell that does not fit in memory is not kept
@@ -203,7 +203,7 @@ def measure_cell(
             ready.append(one)
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, error_text(exc), device)
-    _measure_prepared(ready, engine, cell, inputs.seed, device)
+    _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
     for p in measured + ready:
         if p.row.status == "ok":
             estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model, m)
@@ -345,9 +345,23 @@ class _AccuracyCheck:
 
     def __init__(self, inputs, opts: RunOptions, device: torch.device) -> None:
         self.rows_idx = _error_rows(inputs.x.shape[0], opts.error_rows, inputs.seed)
-        x_sub = inputs.x[self.rows_idx.to(device)]
-        self.reference = oracle.exact(x_sub, inputs.weight, inputs.bias)
+        self._inputs, self._device = inputs, device
+        self._reference: torch.Tensor | None = None
         self._int_products: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def reference(self) -> torch.Tensor:
+        """The exact layer on the checked rows, for the inputs' current values."""
+        if self._reference is None:
+            x_sub = self._inputs.x[self.rows_idx.to(self._device)]
+            self._reference = oracle.exact(x_sub, self._inputs.weight, self._inputs.bias)
+        return self._reference
+
+    def inputs_changed(self) -> None:
+        """The activations (and int8 operands) were redrawn: the references are recomputed
+        when next needed."""
+        self._reference = None
+        self._int_products.clear()
 
     def _int_product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """The exact product of int8 operands on the checked rows (float64 is exact here).
@@ -400,24 +414,32 @@ def _prepare_row(
     return _Prepared(row, runner, warm_s, deferred)
 
 
-def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, device) -> None:
-    """Time the cell's rows in cycles around the baseline; fill the rows."""
+def _measure_prepared(
+    ready: list[_Prepared], engine, cell: _Cell, inputs, check, round_: int, device
+) -> None:
+    """Time the cell's rows in cycles around the baseline; fill the rows. The activations are
+    redrawn in place first, and each row's first output in the cycles must follow them."""
     base = next((p for p in ready if p.key == BASELINE), None)
     others = [p for p in ready if p is not base]
+    hooks, restore = _follow_hooks(ready, inputs, check, round_)
     try:
         meas = engine.measure_cell(
             {p.key: p.runner.run for p in others},
             baseline=base.runner.run if base else None,
             warmed_s={p.key: p.warmed_s for p in others},
             baseline_warmed_s=base.warmed_s if base else 0.0,
-            seed=seed,
-            first_outputs={p.key: p.output_check() for p in others if p.check is not None},
-            baseline_first_output=base.output_check() if base and base.check else None,
+            seed=inputs.seed,
+            first_outputs={p.key: hooks[p.key] for p in others if p.key in hooks},
+            baseline_first_output=hooks.get(BASELINE) if base else None,
         )
     except Exception as exc:  # noqa: BLE001 - the baseline failed: so does every pairing
         for p in ready:
             _fail(p.row, f"baseline call failed: {error_text(exc)}", device)
         return
+    finally:
+        restore()
+        if check is not None:
+            check.inputs_changed()
     if base is not None and base.row.median_ms is None:  # its first group's samples
         _fill_row(base.row, meas.baseline, cell, is_baseline=True)
         cell.baseline_error = base.row.rel_error
@@ -431,6 +453,37 @@ def _measure_prepared(ready: list[_Prepared], engine, cell: _Cell, seed: int, de
         p.row.baseline_rel_error = cell.baseline_error
         if p.row.status == "ok" and p.row.method == "int8_raw" and p.row.stages_ms:
             p.row.stages_ms["int8_matmul"] = p.row.median_ms  # its whole call is that stage
+
+
+def _follow_hooks(ready: list[_Prepared], inputs, check, round_: int):
+    """Redraw the cell's activations in place (:mod:`kernelbench.freshness`) and return each
+    row's first-output hook (its deferred accuracy check, on the new values, then its spot
+    check that the output follows them: a stale output fails the row) and what restores the
+    activations after the cycles (so every other check sees the cell's drawn values)."""
+    if not ready:
+        return {}, lambda: None
+    gen = torch.Generator().manual_seed(inputs.seed * 1009 + round_)
+    int_ops = {p.key: p.runner.operands for p in ready if p.runner.returns_int32}
+    spots, restore = freshness.redraw_and_check(
+        inputs.x, inputs.weight, inputs.bias, [p.key for p in ready], int_ops, gen
+    )
+    if check is not None:
+        check.inputs_changed()
+    hooks = {}
+    for p in ready:
+        accuracy = p.output_check() if p.check is not None else None
+        spot = spots.get(p.key)
+        if accuracy is None and spot is None:
+            continue
+
+        def hook(y, accuracy=accuracy, spot=spot) -> None:
+            if spot is not None:
+                spot.verify(y)
+            if accuracy is not None:
+                accuracy(y)
+
+        hooks[p.key] = hook
+    return hooks, restore
 
 
 def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:

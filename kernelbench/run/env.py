@@ -53,7 +53,55 @@ def cpu_info(kernel_isa: str | None = None) -> dict:
         "cores": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "kernel_isa": kernel_isa,
+        "identity": cpu_identity(),
     }
+
+
+#: /proc/cpuinfo fields that identify the processor (env.json ``cpu.identity``).
+IDENTITY_FIELDS = {
+    "vendor_id": "vendor",
+    "cpu family": "family",
+    "model": "model",
+    "stepping": "stepping",
+    "microcode": "microcode",
+}
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def cpu_identity(cpuinfo: str | None = None, sysfs: Path = SYSFS_CPU) -> dict:
+    """What identifies the processor beyond its name: vendor, family, model, stepping and
+    microcode (first processor of ``/proc/cpuinfo``, each where readable) and the cache sizes
+    of cpu0 from sysfs (``{"L1d": "48K", "L2": "1024K", "L3": "32768K", ...}``). Two machines
+    of one device class with different identities are not comparable
+    (:mod:`kernelbench.results.compare`)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    ident: dict = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if ident:
+                break  # the first processor only
+            continue
+        name, _, value = line.partition(":")
+        key = IDENTITY_FIELDS.get(name.strip())
+        if key is not None and key not in ident:
+            ident[key] = value.strip()
+    caches = {}
+    for index in sorted(sysfs.glob("cpu0/cache/index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        caches[f"L{level}{suffix}"] = size
+    if caches:
+        ident["caches"] = caches
+    return ident
 
 
 def device_class(device: torch.device) -> str:

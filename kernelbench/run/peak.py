@@ -16,6 +16,8 @@ import datetime as dt
 import json
 import os
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,6 +27,7 @@ from kernelbench.core import work_flops
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.quant import QuantConfig
 from kernelbench.run.env import device_class
+from kernelbench.run.load import Load, LoadSample, load_between, quiet_check, read_load
 from kernelbench.statistics import stats
 
 #: GEMM shapes (m, k, n) tried for each peak; the best is kept. Large ones, and mid-sized ones
@@ -189,19 +192,64 @@ def measure_peak(device: torch.device) -> dict:
     return peak
 
 
+class PeakRefused(RuntimeError):
+    """The machine stayed too busy to measure its peaks (the message says why)."""
+
+
+#: Attempts at a quiet measurement, and the wait between them.
+QUIET_TRIES = 3
+QUIET_RETRY_S = 10.0
+
+
+def measure_quiet_peak(
+    device: torch.device,
+    measure: Callable[[torch.device], dict] = measure_peak,
+    quiet: Callable[[], Load] = quiet_check,
+    read: Callable[[], LoadSample] = read_load,
+    wait: Callable[[float], None] = time.sleep,
+) -> dict:
+    """:func:`measure_peak` on a quiet machine only: the load is checked before (this process
+    sleeping a second) and over the measurement (other processes' CPU, steal); a busy machine
+    is waited for and tried again, then refused (:class:`PeakRefused`). The load over the
+    measurement is recorded with every figure (``load``)."""
+    why = ""
+    for attempt in range(QUIET_TRIES):
+        if attempt:
+            wait(QUIET_RETRY_S)
+        before = quiet()
+        if before.busy:
+            why = f"before measuring, {before.why}"
+            continue
+        start = read()
+        peak = measure(device)
+        during = load_between(start, read())
+        if during.busy:
+            why = f"while measuring, {during.why}"
+            continue
+        for entry in peak.values():
+            entry["load"] = during.as_dict()
+        return peak
+    raise PeakRefused(
+        f"not measuring this device's peaks: the machine is busy ({why}; {QUIET_TRIES} tries); "
+        "a peak measured under load would flag every later run's rows. Stop other jobs, then "
+        "run kernelbench peak --remeasure"
+    )
+
+
 def cached_peak_exists(device: torch.device) -> bool:
     return cache_path(device_class(device)).exists()
 
 
 def cached_peak(device: torch.device, remeasure: bool = False) -> dict:
-    """The cached peaks of this device class, measured (and cached) when missing."""
+    """The cached peaks of this device class, measured (and cached) when missing; raises
+    :class:`PeakRefused` when the machine is too busy to measure them."""
     path = cache_path(device_class(device))
     if path.exists() and not remeasure:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass  # an unreadable cache is measured again
-    peak = measure_peak(device)
+    peak = measure_quiet_peak(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(peak, indent=2), encoding="utf-8")
     return peak

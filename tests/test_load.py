@@ -1,0 +1,100 @@
+"""The machine's load from /proc (injected readings, never this machine's): busy or quiet,
+and a peak measured only on a quiet machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelbench.run import load, peak
+from kernelbench.run.load import Load, LoadSample, load_between, quiet_check, read_load
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def fake_proc(path: Path, loadavg: float, busy_s: float, steal_s: float) -> Path:
+    """A /proc with a loadavg and a stat whose cpu line has these busy and stolen seconds."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "loadavg").write_text(f"{loadavg} 0.50 0.40 1/300 12345\n")
+    user, steal = int(busy_s * HZ), int(steal_s * HZ)
+    (path / "stat").write_text(f"cpu  {user} 0 0 999999 0 0 0 {steal} 0 0\ncpu0 1 2 3\n")
+    return path
+
+
+def test_read_load_parses_loadavg_and_stat(tmp_path):
+    s = read_load(fake_proc(tmp_path, 1.75, 12.0, 3.0), clock=lambda: 5.0)
+    assert s.loadavg_1m == 1.75 and s.at_s == 5.0
+    assert s.busy_s == pytest.approx(12.0) and s.steal_s == pytest.approx(3.0)
+    gone = read_load(tmp_path / "missing")
+    assert gone.loadavg_1m is None and gone.busy_s is None and gone.steal_s is None
+
+
+def test_other_processes_and_steal_make_the_machine_busy():
+    quiet = load_between(LoadSample(0, 0.1, 10, 0, 1), LoadSample(10, 0.2, 11, 0.1, 2), 2)
+    assert not quiet.busy and quiet.other_cores == pytest.approx(0.0)  # all of it was ours
+    other = load_between(LoadSample(0, 1, 10, 0, 1), LoadSample(10, 2, 21, 0, 2), 2)
+    assert other.busy and other.other_cores == pytest.approx(1.0)
+    assert "other processes used 1.00 cores" in other.why
+    stolen = load_between(LoadSample(0, 0, 10, 0, 1), LoadSample(10, 0, 11, 2.0, 2), 2)
+    assert stolen.busy and "stole 0.20 cores" in stolen.why
+
+
+def test_quiet_check_reads_before_and_after_its_sleep(tmp_path):
+    readings = iter([(0.0, 10.0), (1.0, 11.5)])  # 1.5 CPU-seconds in 1 s while we slept
+    proc = tmp_path / "proc"
+
+    def sleep(_s):
+        fake_proc(proc, 2.0, 11.5, 0.0)
+
+    fake_proc(proc, 2.0, 10.0, 0.0)
+    clock = iter(t for t, _ in readings)
+    result = quiet_check(1.0, proc, sleep, lambda: next(clock))
+    assert result.busy and result.other_cores == pytest.approx(1.5, abs=0.05)
+
+
+def _load(busy: bool) -> Load:
+    return Load(1.0, 1.0 if busy else 0.0, 0.0, 1.0, busy, "other processes used 1.00 cores")
+
+
+def test_a_peak_is_measured_on_a_quiet_machine_and_records_its_load():
+    samples = iter([LoadSample(0, 0.1, 10, 0, 1), LoadSample(30, 0.1, 70, 0, 61)])
+    got = peak.measure_quiet_peak(
+        torch.device("cpu"),
+        measure=lambda dev: {"int8": {"tops": 1.9, "note": "x"}},
+        quiet=lambda: _load(False),
+        read=lambda: next(samples),
+        wait=lambda s: None,
+    )
+    assert got["int8"]["tops"] == 1.9 and got["int8"]["load"]["busy"] is False
+
+
+def test_a_busy_machine_is_retried_then_refused():
+    measured, waits = [], []
+    with pytest.raises(peak.PeakRefused, match="busy .*before measuring.*peak --remeasure"):
+        peak.measure_quiet_peak(
+            torch.device("cpu"),
+            measure=lambda dev: measured.append(dev) or {},
+            quiet=lambda: _load(True),
+            wait=waits.append,
+        )
+    assert not measured and len(waits) == peak.QUIET_TRIES - 1
+
+
+def test_load_during_the_measurement_refuses_its_figure():
+    # other processes took 1 core-second per second while the peak was measured (ours: 2)
+    samples = iter([LoadSample(0, 0, 0, 0, 0), LoadSample(10, 0, 30, 0, 20)] * peak.QUIET_TRIES)
+    with pytest.raises(peak.PeakRefused, match="while measuring, other processes used 1.00"):
+        peak.measure_quiet_peak(
+            torch.device("cpu"),
+            measure=lambda dev: {"int8": {"tops": 0.5}},
+            quiet=lambda: _load(False),
+            read=lambda: next(samples),
+            wait=lambda s: None,
+        )
+
+
+def test_the_module_reads_proc_by_default():
+    assert Path("/proc") == load.PROC
