@@ -551,8 +551,9 @@ def variant_forward(
 
     In the decomposed variants the outlier dims' weights are the original 16-bit ones and are
     left out of the weight scales (the dims calibrated on ``calibration``), as ``llm_int8`` with
-    ``outlier_weights="fp16"``. ``absmax_torch``, ``vectorwise``, ``llm_int8``, ``fp16`` and
-    ``fp32`` (Table 1's other rows) are the oracle's (:func:`kernelbench.oracle.emulate`).
+    ``outlier_weights="fp16"``. ``absmax_torch``, ``vectorwise`` and ``llm_int8`` (Table 1's
+    other int8 rows) are the timed methods' math (:func:`kernelbench.oracle.emulate`), here with
+    the sampling above.
     """
     cd = compute_dtype
     calibration = x if calibration is None else calibration
@@ -568,7 +569,22 @@ def variant_forward(
     else:
         kept = cols = torch.zeros(0, dtype=torch.int64, device=x.device)
 
-    if method == "zeropoint":
+    if method in ("vectorwise", "llm_int8"):  # the timed methods' own math, sampled
+        mcfg = method_config(method, cfg)
+        kept = outlier_columns(calibration, cfg.alpha, cfg.outlier_cmp)
+        pw = prepare_weight(ws, bs, mcfg, kept if mcfg.decomposition else None, cd)
+        qa = quantize_activation(xs, decomposition_columns(x, pw, mcfg), cd)
+        outlier = outlier_product(qa, pw, cd)
+        return dequantize(exact_int_product(qa.int8, pw.int8), qa, pw, outlier, cd, cd)
+    if method == "absmax_torch":
+        xq = quantize_absmax(xs, absmax(x, None, cd), cd)
+        w_amax = _tensor_absmax(w, cd)
+        wq = quantize_absmax(ws, w_amax, cd)
+        y = dequantize_outer(
+            exact_int_product(xq, wq), absmax(x, None, cd).expand(xs.shape[0]),
+            w_amax.expand(ws.shape[0]), cd,
+        )  # fmt: skip
+    elif method == "zeropoint":
         xq = quantize_zeropoint(xs, None, cd, bounds=_tensor_bounds(x, cd))
         wq = quantize_zeropoint(ws, None, cd, bounds=_tensor_bounds(w, cd))
         y = zeropoint_matmul(xq, wq, cd)

@@ -4,6 +4,7 @@ integer product, no shared helper), then multiplied."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,8 +20,14 @@ CFG = QuantConfig()
 def _absmax_fake(t: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     """``round(t * (127 / amax)) * amax / 127`` (the codes' convention), 0 where amax is 0."""
     safe = torch.where(amax > 0, amax, torch.ones_like(amax))
-    q = torch.round(t * (127.0 / safe)).clamp(-127, 127)
+    q = torch.round(t * _div(127.0, safe)).clamp(-127, 127)
     return torch.where(amax > 0, q * safe / 127.0, torch.zeros_like(t))
+
+
+def _div(num: float, den: torch.Tensor) -> torch.Tensor:
+    """A true division (``num / tensor`` in torch is reciprocal-then-multiply, which can move
+    an exact .5 tie of the codes)."""
+    return torch.full_like(den, num) / den
 
 
 def _zeropoint_fake(t: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
@@ -28,7 +35,7 @@ def _zeropoint_fake(t: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torc
     lo, hi = lo.clamp(max=0), hi.clamp(min=0)
     span = hi - lo
     safe = torch.where(span > 0, span, torch.ones_like(span))
-    nd = 254.0 / safe
+    nd = 254.0 / safe  # as eq. 1 is computed in quant (scalar / tensor)
     zp = -torch.round(lo * nd) - 127
     q = (torch.round(t * nd) + zp).clamp(-127, 127)
     return torch.where(span > 0, (q - zp) / nd, torch.zeros_like(t))
@@ -74,8 +81,8 @@ def reference(method: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) ->
     elif method == "fp8_e4m3":
         xa, wa = x.abs().amax(1, keepdim=True), w.abs().amax(1, keepdim=True)
         xa1, wa1 = torch.where(xa > 0, xa, 1.0), torch.where(wa > 0, wa, 1.0)
-        xh = _e4m3(x * (448.0 / xa1)) * xa1 / 448.0
-        wh = _e4m3(w * (448.0 / wa1)) * wa1 / 448.0
+        xh = _e4m3(x * _div(448.0, xa1)) * xa1 / 448.0
+        wh = _e4m3(w * _div(448.0, wa1)) * wa1 / 448.0
     else:
         raise AssertionError(method)
     y = xh @ wh.T + b
@@ -176,9 +183,18 @@ def test_oracle_emulates_every_variant_and_rejects_unknown_names():
     for method in ACCURACY_VARIANTS:
         y = oracle.emulate(method, x, w, None, CFG)
         assert y.shape == (4, 3) and oracle.rel_frobenius(y, oracle.exact(x, w)) < 0.05
-    try:
-        quant.variant_forward("absmax_torch", x, w, None, CFG)
-    except ValueError as exc:
-        assert "no accuracy variant" in str(exc)
-    else:
-        raise AssertionError("absmax_torch is the oracle's, not a variant")
+    with pytest.raises(ValueError, match="no accuracy variant"):
+        quant.variant_forward("int8_raw", x, w, None, CFG)
+
+
+@settings(max_examples=30, deadline=None)
+@given(layers(), st.sampled_from(["absmax_torch", "vectorwise", "llm_int8"]))
+def test_timed_methods_sampled_equal_the_oracle(layer, method):
+    """Table 1's rows that are also timed methods: the study's sampled path computes exactly
+    what the oracle's emulation (the timed rows' reference) computes."""
+    x, w, b = layer
+    kept = quant.outlier_columns(x, CFG.alpha, CFG.outlier_cmp)
+    want = oracle.emulate(method, x, w, b, CFG, kept_rows=kept)
+    rows, cols = torch.arange(0, x.shape[0], 2), torch.arange(w.shape[0] - 1, -1, -1)
+    got = quant.variant_forward(method, x, w, b, CFG, x_rows=rows, w_rows=cols)
+    assert torch.allclose(got, want[rows][:, cols], rtol=1e-12, atol=1e-12)
