@@ -32,6 +32,80 @@ METHOD_LABELS: dict[str, str] = {
     "llm_int8": "LLM.int8() (vector-wise + decomp)",
 }
 
+#: The schemes of the accuracy study (``kernelbench accuracy``) beyond ``METHODS``: the rest of
+#: Table 1's int8 variants and the schemes users weigh today. Their math is
+#: ``kernelbench.quant.variant_forward``; no built-in backend times them, so they stay out of
+#: the default sweep (a backend that implements one is timed when ``--methods`` names it).
+ACCURACY_VARIANTS: tuple[str, ...] = (
+    "zeropoint",
+    "rowwise",
+    "zeropoint_vectorwise",
+    "rowwise_decomp",
+    "zeropoint_llm_int8",
+    "smoothquant",
+    "int8_weight_only",
+    "fp8_e4m3",
+)
+
+#: Every method some part of kernelbench knows: timed methods first, then the study's variants.
+ALL_METHODS: tuple[str, ...] = METHODS + ACCURACY_VARIANTS
+
+METHOD_LABELS.update(
+    {
+        "zeropoint": "Int8 zeropoint (per tensor)",
+        "rowwise": "Absmax row-wise",
+        "zeropoint_vectorwise": "Zeropoint vector-wise",
+        "rowwise_decomp": "Row-wise + decomposition",
+        "zeropoint_llm_int8": "Zeropoint LLM.int8()",
+        "smoothquant": "SmoothQuant W8A8 (alpha 0.5)",
+        "int8_weight_only": "Int8 weight-only (W8A16)",
+        "fp8_e4m3": "FP8 e4m3, row-wise scaled",
+    }
+)
+
+#: The accuracy study's rows in Table 1's order: (method, the paper's wording), then the schemes
+#: the paper did not have.
+ACCURACY_STUDY: tuple[tuple[str, str], ...] = (
+    ("fp32", "32-bit float"),
+    ("absmax_torch", "int8 absmax"),
+    ("zeropoint", "int8 zeropoint"),
+    ("rowwise", "absmax row-wise"),
+    ("vectorwise", "absmax vector-wise"),
+    ("zeropoint_vectorwise", "zeropoint vector-wise"),
+    ("rowwise_decomp", "row-wise + decomp"),
+    ("llm_int8", "absmax LLM.int8()"),
+    ("zeropoint_llm_int8", "zeropoint LLM.int8()"),
+    ("smoothquant", "SmoothQuant W8A8"),
+    ("int8_weight_only", "int8 weight-only"),
+    ("fp8_e4m3", "fp8 e4m3 row-wise"),
+)
+
+#: Table 1: C4 validation perplexity of OPT-like models per method and size (model-level, for
+#: orientation beside the study's kernel-level errors). Keyed by method, then size name.
+TABLE1_PERPLEXITY: dict[str, dict[str, float]] = {
+    "fp32": {"125M": 25.65, "1.3B": 15.91, "2.7B": 14.43, "6.7B": 13.30, "13B": 12.45},
+    "absmax_torch": {"125M": 87.76, "1.3B": 16.55, "2.7B": 15.11, "6.7B": 14.59, "13B": 19.08},
+    "zeropoint": {"125M": 56.66, "1.3B": 16.24, "2.7B": 14.76, "6.7B": 13.49, "13B": 13.94},
+    "rowwise": {"125M": 30.93, "1.3B": 17.08, "2.7B": 15.24, "6.7B": 14.13, "13B": 16.49},
+    "vectorwise": {"125M": 35.84, "1.3B": 16.82, "2.7B": 14.98, "6.7B": 14.13, "13B": 16.48},
+    "zeropoint_vectorwise": {
+        "125M": 25.72,
+        "1.3B": 15.94,
+        "2.7B": 14.36,
+        "6.7B": 13.38,
+        "13B": 13.47,
+    },
+    "rowwise_decomp": {"125M": 30.76, "1.3B": 16.19, "2.7B": 14.65, "6.7B": 13.25, "13B": 12.46},
+    "llm_int8": {"125M": 25.83, "1.3B": 15.93, "2.7B": 14.44, "6.7B": 13.24, "13B": 12.45},
+    "zeropoint_llm_int8": {
+        "125M": 25.69,
+        "1.3B": 15.92,
+        "2.7B": 14.43,
+        "6.7B": 13.24,
+        "13B": 12.45,
+    },
+}
+
 #: Methods built from a backend's own int8 stages (any int8 backend can run these).
 INT8_STAGE_METHODS: tuple[str, ...] = ("int8_raw", "vectorwise", "llm_int8")
 
@@ -69,8 +143,9 @@ class SkipKind(str, Enum):
 
 
 def precision_class(method: str) -> str:
-    """Which compute peak bounds ``method``: ``fp32``, ``16bit`` or ``int8``."""
-    return {"fp16": "16bit", "fp32": "fp32"}.get(method, "int8")
+    """Which compute peak bounds ``method``: ``fp32``, ``16bit`` or ``int8`` (fp8 shares int8's
+    dense peak on Hopper-class GPUs; weight-only int8 multiplies in 16-bit)."""
+    return {"fp16": "16bit", "fp32": "fp32", "int8_weight_only": "16bit"}.get(method, "int8")
 
 
 def work_flops(m: int, k: int, n: int) -> float:
@@ -95,6 +170,8 @@ def work_bytes(method: str, m: int, k: int, n: int) -> float:
     and write 16-bit outputs; ``int8_raw`` reads int8 activations and writes int32."""
     if method == "int8_raw":
         return float(m * k + k * n + 4 * m * n)
+    if method == "int8_weight_only":  # 16-bit activations and output, int8 weights
+        return float(2 * m * k + k * n + 2 * m * n)
     act, weight, out = _ELEMENT_BYTES[precision_class(method)]
     return float(act * m * k + weight * k * n + out * m * n)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from kernelbench import quant
-from kernelbench.core import METHODS
+from kernelbench.core import ACCURACY_VARIANTS, ALL_METHODS
 from kernelbench.quant import QuantConfig, method_config
 
 F64 = torch.float64
@@ -70,11 +70,13 @@ def emulate(
 ) -> torch.Tensor:
     """Float64 result of ``method`` (``int8_raw``: the exact int64 product of the vector-wise
     int8 operands, zero outlier columns)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    if method not in ALL_METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(ALL_METHODS)}")
     x = x.cpu()
     weight = weight.cpu()
     bias = bias.cpu() if bias is not None else None
+    if method in ACCURACY_VARIANTS:
+        return quant.variant_forward(method, x, weight, bias, cfg, compute_dtype=F64)
     if method in ("fp32", "fp16"):
         return exact(x, weight, bias)
     if method in ("absmax_torch", "vectorwise_torch"):

@@ -218,9 +218,19 @@ class ZeropointQuantized:
     zp: torch.Tensor  # per slice (keepdim), integer-valued, compute dtype
 
 
-def quantize_zeropoint(t: torch.Tensor, dim: int | None, compute_dtype=torch.float32):
+def quantize_zeropoint(
+    t: torch.Tensor,
+    dim: int | None,
+    compute_dtype=torch.float32,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+):
+    """Zeropoint codes of ``t`` per slice along ``dim`` (``None``: one range for the tensor).
+    ``bounds`` (min, max) gives the per-tensor range of a larger tensor ``t`` is part of."""
     tc = t.to(compute_dtype)
-    if dim is None:
+    if bounds is not None:
+        lo = bounds[0].to(compute_dtype).clamp(max=0)
+        hi = bounds[1].to(compute_dtype).clamp(min=0)
+    elif dim is None:
         lo, hi = tc.amin().clamp(max=0), tc.amax().clamp(min=0)
     else:
         lo = tc.amin(dim=dim, keepdim=True).clamp(max=0)
@@ -242,7 +252,7 @@ def zeropoint_matmul(
     qx = xq.q.to(torch.int64)
     qw = wq.q.to(torch.int64)
     k = qx.shape[1]
-    acc = (qx @ qw.T).to(compute_dtype)
+    acc = exact_int_product(qx, qw).to(compute_dtype)
     zx = xq.zp.reshape(-1, 1)
     zw = wq.zp.reshape(1, -1)
     rx = qx.sum(1, keepdim=True).to(compute_dtype)
@@ -436,3 +446,181 @@ def dequantize(
     if outlier is not None:
         y = y + outlier.to(compute_dtype)
     return y.to(out_dtype or pw.dtype)
+
+
+# --- the accuracy variants: Table 1's schemes and today's W8A8 / W8A16 / fp8 -------------------
+
+#: SmoothQuant's migration strength (its paper's default for OPT / BLOOM).
+SMOOTHQUANT_ALPHA = 0.5
+#: Floor of the activation and weight column maxima in the smoothing factors (SmoothQuant's).
+SMOOTHING_FLOOR = 1e-5
+#: Largest finite float8 e4m3fn value: the fp8 code range is ``[-448, 448]``.
+FP8_E4M3_MAX = 448.0
+
+
+def smoothing_factors(
+    calibration: torch.Tensor, w: torch.Tensor, alpha: float = SMOOTHQUANT_ALPHA
+) -> torch.Tensor:
+    """SmoothQuant's per-input-dim factors ``s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)``
+    (float64, shape (k,)), from the calibration rows ``X`` and all ``n`` rows of ``w``.
+    ``x / s`` times ``(w * s).T`` is the same float product; both halves then span similar
+    ranges, so per-token and per-channel int8 lose less on outlier dims."""
+    act = absmax(calibration, 0, torch.float64).clamp(min=SMOOTHING_FLOOR)
+    wmax = torch.zeros(w.shape[1], dtype=torch.float64, device=w.device)
+    for rows in row_blocks(*w.shape):
+        wmax = torch.maximum(wmax, absmax(w[rows], 0, torch.float64))
+    return act.pow(alpha) / wmax.clamp(min=SMOOTHING_FLOOR).pow(1 - alpha)
+
+
+def quantize_fp8_rowwise(
+    t: torch.Tensor, compute_dtype=torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-wise scaled float8 e4m3: ``q = fp8(t * (448 / absmax))`` per row (round to nearest
+    even; every value is within range, so nothing saturates), ``t ~= q * absmax / 448``.
+    Returns (q as ``torch.float8_e4m3fn``, absmax per row); an all-zero row gives zeros."""
+    tc = t.to(compute_dtype)
+    amax = absmax(tc, 1, compute_dtype)
+    safe = torch.where(amax > 0, amax, 1)
+    inv = torch.where(amax > 0, torch.full_like(safe, FP8_E4M3_MAX) / safe, 0)
+    scaled = (tc * inv[:, None]).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+    return scaled.to(torch.float8_e4m3fn), amax
+
+
+def exact_int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """``a @ b_nk.T`` of integer codes, exact, as float64 (every partial sum of int8 codes is an
+    integer below 2^53 while k < 2^39)."""
+    return a.to(torch.float64) @ b_nk.to(torch.float64).T
+
+
+def _tensor_bounds(w: torch.Tensor, cd: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(min, max) of ``w`` in blocks of rows (no full-size temporary of a 175B weight)."""
+    lo = torch.zeros((), dtype=cd, device=w.device)
+    hi = torch.zeros((), dtype=cd, device=w.device)
+    for rows in row_blocks(*w.shape):
+        block = w[rows].to(cd)
+        lo, hi = torch.minimum(lo, block.amin()), torch.maximum(hi, block.amax())
+    return lo, hi
+
+
+def _tensor_absmax(w: torch.Tensor, cd: torch.dtype) -> torch.Tensor:
+    amax = torch.zeros((), dtype=cd, device=w.device)
+    for rows in row_blocks(*w.shape):
+        amax = torch.maximum(amax, absmax(w[rows], None, cd))
+    return amax
+
+
+def _zeroed(t: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    if cols.numel() == 0:
+        return t
+    out = t.clone()
+    out[:, cols] = 0
+    return out
+
+
+def variant_forward(
+    method: str,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    cfg: QuantConfig,
+    calibration: torch.Tensor | None = None,
+    x_rows: torch.Tensor | None = None,
+    w_rows: torch.Tensor | None = None,
+    compute_dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """The output of one accuracy variant (``core.ACCURACY_VARIANTS``), in ``compute_dtype``.
+
+    Every statistic is taken as a kernel takes it: per-tensor scales over all of ``x`` (m
+    tokens) and all of ``w``, outlier dims from all of ``x`` plus those calibrated on
+    ``calibration`` (default ``x``; also SmoothQuant's calibration rows). Only the output rows
+    ``x_rows`` and columns ``w_rows`` (default: all) are computed, so a 175B layer's error can be
+    sampled at a fraction of the cost with the very numbers a full product would give there.
+    Integer products are exact; fp8 codes are exact in float64.
+
+    * ``zeropoint``: zeropoint per tensor for ``x`` and ``w`` (eq. 1, 5).
+    * ``rowwise``: absmax per tensor for ``x``, per output channel (row of ``w``), as FBGEMM's
+      row-wise mode (the paper does not spell its row-wise variant out).
+    * ``rowwise_decomp``: ``rowwise`` on the regular dims, the outlier dims in 16-bit (eq. 8).
+    * ``zeropoint_vectorwise``: zeropoint per token and per output channel.
+    * ``zeropoint_llm_int8``: ``zeropoint_vectorwise`` on the regular dims + 16-bit outliers.
+    * ``smoothquant``: ``x / s`` per token and ``w * s`` per channel, absmax
+      (:func:`smoothing_factors`, folded into ``w`` offline, no 16-bit rounding in between).
+    * ``int8_weight_only``: ``w`` per channel absmax int8, dequantized; ``x`` stays 16-bit.
+    * ``fp8_e4m3``: :func:`quantize_fp8_rowwise` for ``x`` and ``w``.
+
+    In the decomposed variants the outlier dims' weights are the original 16-bit ones and are
+    left out of the weight scales (the dims calibrated on ``calibration``), as ``llm_int8`` with
+    ``outlier_weights="fp16"``. ``absmax_torch``, ``vectorwise`` and ``llm_int8`` (Table 1's
+    other int8 rows) are the timed methods' math (:func:`kernelbench.oracle.emulate`), here with
+    the sampling above.
+    """
+    cd = compute_dtype
+    calibration = x if calibration is None else calibration
+    xs = x if x_rows is None else x[x_rows]
+    ws = w if w_rows is None else w[w_rows]
+    bs = None if bias is None else (bias if w_rows is None else bias[w_rows])
+    decomposed = method in ("rowwise_decomp", "zeropoint_llm_int8") and cfg.decomposition
+    if decomposed:
+        kept = outlier_columns(calibration, cfg.alpha, cfg.outlier_cmp)
+        mask = outlier_mask(x, cfg.alpha, cfg.outlier_cmp)
+        mask[kept] = True
+        cols = mask.nonzero().flatten()
+    else:
+        kept = cols = torch.zeros(0, dtype=torch.int64, device=x.device)
+
+    if method in ("vectorwise", "llm_int8"):  # the timed methods' own math, sampled
+        mcfg = method_config(method, cfg)
+        kept = outlier_columns(calibration, cfg.alpha, cfg.outlier_cmp)
+        pw = prepare_weight(ws, bs, mcfg, kept if mcfg.decomposition else None, cd)
+        qa = quantize_activation(xs, decomposition_columns(x, pw, mcfg), cd)
+        outlier = outlier_product(qa, pw, cd)
+        return dequantize(exact_int_product(qa.int8, pw.int8), qa, pw, outlier, cd, cd)
+    if method == "absmax_torch":
+        xq = quantize_absmax(xs, absmax(x, None, cd), cd)
+        w_amax = _tensor_absmax(w, cd)
+        wq = quantize_absmax(ws, w_amax, cd)
+        y = dequantize_outer(
+            exact_int_product(xq, wq), absmax(x, None, cd).expand(xs.shape[0]),
+            w_amax.expand(ws.shape[0]), cd,
+        )  # fmt: skip
+    elif method == "zeropoint":
+        xq = quantize_zeropoint(xs, None, cd, bounds=_tensor_bounds(x, cd))
+        wq = quantize_zeropoint(ws, None, cd, bounds=_tensor_bounds(w, cd))
+        y = zeropoint_matmul(xq, wq, cd)
+    elif method in ("zeropoint_vectorwise", "zeropoint_llm_int8"):
+        xq = quantize_zeropoint(_zeroed(xs, cols), 1, cd)
+        wq = quantize_zeropoint(_zeroed(ws, kept), 1, cd)
+        y = zeropoint_matmul(xq, wq, cd)
+    elif method in ("rowwise", "rowwise_decomp"):
+        x_regular = _zeroed(x, cols)
+        x_amax = absmax(x_regular, None, cd)
+        x_regular = x_regular if x_rows is None else x_regular[x_rows]
+        xq = quantize_absmax(x_regular, x_amax, cd)
+        w_regular = _zeroed(ws, kept)
+        w_amax = absmax(w_regular, 1, cd)
+        wq = quantize_absmax(w_regular, w_amax[:, None], cd)
+        y = dequantize_outer(exact_int_product(xq, wq), x_amax.expand(xs.shape[0]), w_amax, cd)
+    elif method == "smoothquant":
+        s = smoothing_factors(calibration, w).to(cd)
+        xq, x_amax = quantize_rowwise(xs.to(cd) / s, cd)
+        wq, w_amax = quantize_rowwise(ws.to(cd) * s, cd)
+        y = dequantize_outer(exact_int_product(xq, wq), x_amax, w_amax, cd)
+    elif method == "int8_weight_only":
+        wq, w_amax = quantize_rowwise(ws, cd)
+        w_deq = wq.to(cd) * (w_amax.to(cd)[:, None] / INT8_MAX)
+        y = xs.to(cd) @ w_deq.T
+    elif method == "fp8_e4m3":
+        xq, x_amax = quantize_fp8_rowwise(xs, cd)
+        wq, w_amax = quantize_fp8_rowwise(ws, cd)
+        acc = xq.to(torch.float64) @ wq.to(torch.float64).T
+        y = (
+            acc.to(cd)
+            * (x_amax.to(cd)[:, None] / FP8_E4M3_MAX)
+            * (w_amax.to(cd)[None, :] / FP8_E4M3_MAX)
+        )
+    else:
+        raise ValueError(f"{method!r} is no accuracy variant of kernelbench.quant")
+    y = y.to(cd)
+    if cols.numel():
+        y = y + xs[:, cols].to(cd) @ ws[:, cols].to(cd).T
+    return y + bs.to(cd) if bs is not None else y

@@ -216,8 +216,8 @@ def test_cli_list_shows_verification():
 
 def test_oracle_rejects_an_unknown_method():
     x = torch.ones(2, 4)
-    with pytest.raises(ValueError, match="unknown method 'rowwise'"):
-        oracle.emulate("rowwise", x, x, None, QuantConfig())
+    with pytest.raises(ValueError, match="unknown method 'row_wise'"):
+        oracle.emulate("row_wise", x, x, None, QuantConfig())
 
 
 def test_readme_backend_table_states_the_verified_devices():

@@ -283,6 +283,100 @@ def run(
 
 
 @app.command()
+def accuracy(
+    sizes: str = typer.Option(
+        "gpt3", metavar="CASE|DIMS", help="A case name, or a comma list of its model dims"
+    ),
+    case: str = typer.Option("gpt3", metavar="NAME", help="Case (cases/NAME.toml) of the dims"),
+    methods: str = typer.Option(
+        None, metavar="LIST", help="Comma list (default: every Table 1 row and today's schemes)"
+    ),
+    layer: str = typer.Option(None, metavar="NAME", help="Layer (default: the case's)"),
+    dist: str = typer.Option("outliers", metavar="NAME", help="outliers | gaussian | paper-bench"),
+    activations: Path = typer.Option(
+        None, metavar="FILE", help="Your own activations, .pt or .npy, shape (tokens, d)"
+    ),
+    seeds: int = typer.Option(3, min=1, max=100, help="Input draws per size"),
+    tokens: int = typer.Option(2048, min=1, help="Tokens the quantization statistics cover"),
+    error_rows: int = typer.Option(256, min=1, help="Sampled output rows (tokens) per layer"),
+    error_cols: int = typer.Option(2048, min=1, help="Sampled output columns per layer"),
+    out: Path = typer.Option(
+        Path("results/accuracy"),
+        metavar="DIR",
+        help="Output directory (an earlier run there is moved aside)",
+    ),
+) -> None:
+    """The error study alone (no timing): every Table 1 int8 variant, SmoothQuant, int8
+    weight-only and fp8 x size x seed, against float64, next to the 16-bit baseline."""
+    import dataclasses
+    import json
+    import sys
+
+    import torch
+
+    from kernelbench.checks import InputError
+    from kernelbench.core import ALL_METHODS
+    from kernelbench.report.console import print_accuracy
+    from kernelbench.results import schema as res
+    from kernelbench.run import accuracy as study
+    from kernelbench.run import env as run_env
+    from kernelbench.run.cases import load_activation_file, load_case
+
+    try:
+        the_case = load_case(sizes if sizes and not sizes[0].isdigit() else case)
+        dims = _csv_ints(sizes, "--sizes") if sizes and sizes[0].isdigit() else None
+        d_models = dims or tuple(s.d_model for s in the_case.sizes)
+        for d in d_models:
+            the_case.size(d)
+        the_layer = layer or the_case.default_layer
+        for d in d_models:
+            the_case.shape(the_layer, d)
+        chosen = _csv(methods) or study.STUDY_METHODS
+        unknown = [m for m in chosen if m not in ALL_METHODS]
+        if unknown:
+            raise InputError(f"unknown method(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(ALL_METHODS)}")  # fmt: skip
+        acts, the_dist = None, dist
+        if activations is not None:
+            acts, the_dist = load_activation_file(activations), f"file:{activations}"
+        elif dist not in DISTRIBUTIONS:
+            raise InputError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}")
+        res.check_out_dir(out, move_old=True)
+    except (InputError, res.RunDirError) as exc:
+        raise fail(str(exc)) from None
+    if res.holds_run(out):
+        console.print(f"an earlier run in {out} was moved to {res.move_aside(out)}")
+    opts = study.StudyOptions(
+        case=the_case, d_models=tuple(d_models), layer=the_layer, dist=the_dist, seeds=seeds,
+        tokens=tokens, error_rows=error_rows, error_cols=error_cols, methods=tuple(chosen),
+        activations=acts,
+    )  # fmt: skip
+    cpu = torch.device("cpu")
+    settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    settings = {k: v for k, v in settings.items() if k not in ("case", "activations")}
+    env = run_env.collect(
+        cpu, ["accuracy", *sys.argv[2:]],
+        {"study": "accuracy", "seed": the_case.seed, "quant": dataclasses.asdict(opts.cfg),
+         "accuracy": {k: str(v) if k in ("dtype", "cfg") else v for k, v in settings.items()}},
+    )  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / res.ENV_FILE).write_text(json.dumps(env, indent=2, default=str))
+    writer = res.ResultsWriter(out)
+    rows: list = []
+
+    def keep(row) -> None:
+        writer.append(row)
+        rows.append(row)
+
+    try:
+        study.study(opts, env["device_class"], keep)
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    print_accuracy(rows, console)
+    console.print(f"rows written to {out}")
+
+
+@app.command()
 def show(run_dir: Path) -> None:
     """Print the tables of a saved run again."""
     from kernelbench.report.console import print_tables

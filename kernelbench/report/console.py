@@ -12,7 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelbench.core import BASELINE, METHODS, PAPER_TOKENS, SkipKind
+from kernelbench.core import (
+    ACCURACY_STUDY,
+    BASELINE,
+    METHODS,
+    PAPER_TOKENS,
+    TABLE1_PERPLEXITY,
+    SkipKind,
+)
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.view import slow_sixteen_bit_note
 
@@ -209,3 +216,54 @@ def _print_skipped(df: pd.DataFrame, console: Console) -> None:
         name = f"{backend}{third_party_label(g, detail=False)}"
         table.add_row(*(escape(str(v)) for v in (name, status, methods, dims, reason)))
     console.print(table)
+
+
+def accuracy_summary(rows) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(method, size) -> (median, min, max) over the seeds of a method's error relative to the
+    16-bit baseline's on the same inputs (``rel_error / baseline_rel_error``); ``rows`` are
+    :class:`~kernelbench.results.schema.ResultRow` of the accuracy study."""
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r.rel_error is not None and r.baseline_rel_error:
+            ratios.setdefault((r.method, r.size), []).append(r.rel_error / r.baseline_rel_error)
+    out = {}
+    for key, values in ratios.items():
+        values.sort()
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        out[key] = (median, values[0], values[-1])
+    return out
+
+
+def print_accuracy(rows, console: Console) -> None:
+    """Methods x sizes: error / the 16-bit baseline's (median over seeds, min-max), with Table
+    1's perplexity beside it where the paper has that size."""
+    table_of = accuracy_summary(rows)
+    sizes = list(dict.fromkeys(r.size for r in rows))
+    labels = dict(ACCURACY_STUDY)
+    methods = [m for m, _ in ACCURACY_STUDY if any(k[0] == m for k in table_of)]
+    methods += sorted({k[0] for k in table_of} - set(methods) - {BASELINE[1]})
+    seeds = len({r.seed for r in rows}) // max(len(sizes), 1)
+    t = Table(
+        title="Error relative to the 16-bit baseline's (median over "
+        f"{seeds} seed(s), min-max); [dim]Table 1 perplexity[/dim]",
+        caption="kernel-level: one layer's output error against float64; Table 1's perplexities "
+        "are model-level (C4, OPT models), shown for orientation only",
+    )
+    t.add_column("method")
+    for s in sizes:
+        t.add_column(escape(s), justify="right")
+    base = {}
+    for r in rows:
+        if r.method == BASELINE[1] and r.rel_error is not None:
+            base.setdefault(r.size, []).append(r.rel_error)
+    t.add_row("16-bit baseline (rel. error)", *(f"{max(base.get(s, [0])):.2e}" for s in sizes))
+    for m in methods:
+        cells = []
+        for s in sizes:
+            med = table_of.get((m, s))
+            text = "-" if med is None else f"{med[0]:.3g} ({med[1]:.3g}-{med[2]:.3g})"
+            ppl = TABLE1_PERPLEXITY.get(m, {}).get(s)
+            cells.append(text + (f" [dim]{ppl:.2f}[/dim]" if ppl is not None else ""))
+        t.add_row(escape(labels.get(m, m)), *cells)
+    console.print(t)

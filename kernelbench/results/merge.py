@@ -76,8 +76,12 @@ def _read_run(path: Path) -> list[dict]:
 def _pool(rows: list[dict]) -> ResultRow:
     """One row from the rounds of one key (each round weighing the same)."""
     ok = [r for r in rows if r["status"] == "ok" and r.get("raw_ms")]
-    if not ok:
-        return ResultRow(**{k: v for k, v in rows[-1].items() if k in _ROW_FIELDS})
+    if not ok:  # untimed (the accuracy study's seeds): the largest error of each kind
+        row = ResultRow(**{k: v for k, v in rows[-1].items() if k in _ROW_FIELDS})
+        for name in ("rel_error", "max_abs_error", "baseline_rel_error", "outlier_cols"):
+            values = [r.get(name) for r in rows if r.get(name) is not None]
+            setattr(row, name, max(values) if values else getattr(row, name))
+        return row
     row = ResultRow(**{k: v for k, v in ok[0].items() if k in _ROW_FIELDS})
     row.raw_ms, weights = round_weights([r["raw_ms"] for r in ok])
     st = stats(row.raw_ms, weights)
