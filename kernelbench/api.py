@@ -24,7 +24,7 @@ from kernelbench.backends.base import (
     torch_device_availability,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
-from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
+from kernelbench.quant import PreparedWeight, Problem, QuantConfig, QuantizedActivation
 
 __all__ = [
     "API_VERSION",
@@ -35,6 +35,7 @@ __all__ = [
     "InputError",
     "Numerics",
     "PreparedWeight",
+    "Problem",
     "QuantConfig",
     "QuantizedActivation",
     "Runner",

@@ -13,7 +13,7 @@ import torch
 
 from kernelbench import quant
 from kernelbench.core import ACCURACY_VARIANTS, ALL_METHODS
-from kernelbench.quant import QuantConfig, method_config
+from kernelbench.quant import Problem
 
 F64 = torch.float64
 
@@ -60,21 +60,14 @@ def max_abs_error(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y.to(F64) - ref.to(F64)).abs().max()) if y.numel() else 0.0
 
 
-def emulate(
-    method: str,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    cfg: QuantConfig,
-    kept_rows: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Float64 result of ``method`` (``int8_raw``: the exact int64 product of the vector-wise
+def emulate(problem: Problem) -> torch.Tensor:
+    """Float64 result of ``problem`` (``int8_raw``: the exact int64 product of the vector-wise
     int8 operands, zero outlier columns)."""
+    method = problem.method
     if method not in ALL_METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(ALL_METHODS)}")
-    x = x.cpu()
-    weight = weight.cpu()
-    bias = bias.cpu() if bias is not None else None
+    p = problem.cpu()
+    x, weight, bias, cfg = p.x, p.weight, p.bias, p.cfg
     if method in ACCURACY_VARIANTS:
         return quant.variant_forward(method, x, weight, bias, cfg, compute_dtype=F64)
     if method in ("fp32", "fp16"):
@@ -87,10 +80,8 @@ def emulate(
             xa, wa = xa.expand(x.shape[0]), wa.expand(weight.shape[0])
         y = quant.dequantize_outer(int_product(xq, wq), xa, wa, F64)
         return y + bias.to(F64) if bias is not None else y
-    mcfg = method_config(method, cfg)
-    pw = quant.prepare_weight(
-        weight, bias, mcfg, kept_rows if method == "llm_int8" else None, compute_dtype=F64
-    )
+    mcfg = p.method_cfg
+    pw = quant.prepare_weight(weight, bias, mcfg, p.method_kept_rows, compute_dtype=F64)
     cols = quant.decomposition_columns(x, pw, mcfg)
     qa = quant.quantize_activation(x, cols, F64)
     acc = int_product(qa.int8, pw.int8)

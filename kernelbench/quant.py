@@ -97,6 +97,42 @@ def method_config(method: str, cfg: QuantConfig) -> QuantConfig:
     return cfg.without_decomposition() if method != "llm_int8" else cfg
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One layer call to compute: ``method`` on 16-bit activations ``x`` (m, k), ``weight``
+    (n, k) and ``bias``, under ``cfg``; ``kept_rows`` are the calibrated outlier dims whose
+    16-bit weights ``llm_int8`` keeps. What a backend builds a runner for, the oracle emulates
+    and the contract checks."""
+
+    method: str
+    x: torch.Tensor
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    cfg: QuantConfig = QuantConfig()
+    kept_rows: torch.Tensor | None = None
+
+    @property
+    def method_cfg(self) -> QuantConfig:
+        """The config the method runs with (:func:`method_config`)."""
+        return method_config(self.method, self.cfg)
+
+    @property
+    def method_kept_rows(self) -> torch.Tensor | None:
+        """The kept dims, for ``llm_int8`` only (every other method ignores them)."""
+        return self.kept_rows if self.method == "llm_int8" else None
+
+    def cpu(self) -> Problem:
+        """The same problem with every tensor on the CPU."""
+        return Problem(
+            self.method,
+            self.x.cpu(),
+            self.weight.cpu(),
+            self.bias.cpu() if self.bias is not None else None,
+            self.cfg,
+            self.kept_rows.cpu() if self.kept_rows is not None else None,
+        )
+
+
 # --- absmax ----------------------------------------------------------------------------------
 
 

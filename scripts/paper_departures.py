@@ -16,7 +16,7 @@ import sys
 import torch
 
 from kernelbench import oracle, quant
-from kernelbench.quant import QuantConfig
+from kernelbench.quant import Problem, QuantConfig
 from kernelbench.run.cases import layer_inputs, load_case
 
 
@@ -40,7 +40,7 @@ def main(d_model: int = 4096, layer: str = "ffn1") -> None:
     x = li.x[:2048]
     kept = quant.outlier_columns(x, cfg.alpha, cfg.outlier_cmp)
     exact = oracle.exact(x[:256], li.weight, li.bias)
-    regular = oracle.emulate("llm_int8", x[:256], li.weight, li.bias, cfg, kept_rows=kept)
+    regular = oracle.emulate(Problem("llm_int8", x[:256], li.weight, li.bias, cfg, kept_rows=kept))
     # all k rows in the scale: the same dims decomposed, their 16-bit weights used, but the
     # column absmax taken over every row (int8 weights then rescaled for the kept dims only)
     pw = quant.prepare_weight(li.weight, li.bias, cfg, None, compute_dtype=torch.float64)

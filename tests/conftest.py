@@ -14,6 +14,7 @@ from kernelbench.backends import Backend, all_backends, contract, get_backend
 from kernelbench.backends.base import Numerics
 from kernelbench.backends.contract import oracle_tolerance, outlier_activations, randn
 from kernelbench.core import SkipKind, work_bytes, work_flops
+from kernelbench.quant import Problem
 from kernelbench.results.schema import ResultRow
 from kernelbench.run.cases import load_case
 from kernelbench.run.env import device_class
@@ -139,7 +140,8 @@ def assert_matches_oracle(
         backend = get_backend(backend)
     steps = backend.numerics.sixteen_bit_roundings if backend is not None else 0
     numerics = Numerics(sixteen_bit_roundings=steps)
-    contract.assert_matches_oracle(y, method, x, w, bias, cfg, kept_rows, what, numerics)
+    problem = Problem(method, x, w, bias, cfg, kept_rows)
+    contract.assert_matches_oracle(y, problem, what, numerics)
 
 
 # --- helpers as fixtures (session-scoped: pure functions, usable inside hypothesis tests) ----
@@ -150,9 +152,15 @@ def check_oracle():
     return assert_matches_oracle
 
 
+def tolerance_of(method, x, w, bias, cfg, kept_rows=None, ref=None, sixteen_bit_steps=0):
+    """:func:`oracle_tolerance` of the problem these arguments make."""
+    problem = Problem(method, x, w, bias, cfg, kept_rows)
+    return oracle_tolerance(problem, ref=ref, sixteen_bit_steps=sixteen_bit_steps)
+
+
 @pytest.fixture(scope="session")
 def tolerance():
-    return oracle_tolerance
+    return tolerance_of
 
 
 @pytest.fixture(scope="session")

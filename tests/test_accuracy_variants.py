@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kernelbench import oracle, quant
 from kernelbench.core import ACCURACY_VARIANTS
-from kernelbench.quant import QuantConfig
+from kernelbench.quant import Problem, QuantConfig
 
 F64 = torch.float64
 CFG = QuantConfig()
@@ -181,7 +181,7 @@ def test_oracle_emulates_every_variant_and_rejects_unknown_names():
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2)).bfloat16()
     w = torch.randn(3, 8, generator=torch.Generator().manual_seed(3)).bfloat16()
     for method in ACCURACY_VARIANTS:
-        y = oracle.emulate(method, x, w, None, CFG)
+        y = oracle.emulate(Problem(method, x, w, None, CFG))
         assert y.shape == (4, 3) and oracle.rel_frobenius(y, oracle.exact(x, w)) < 0.05
     with pytest.raises(ValueError, match="no accuracy variant"):
         quant.variant_forward("int8_raw", x, w, None, CFG)
@@ -194,7 +194,7 @@ def test_timed_methods_sampled_equal_the_oracle(layer, method):
     what the oracle's emulation (the timed rows' reference) computes."""
     x, w, b = layer
     kept = quant.outlier_columns(x, CFG.alpha, CFG.outlier_cmp)
-    want = oracle.emulate(method, x, w, b, CFG, kept_rows=kept)
+    want = oracle.emulate(Problem(method, x, w, b, CFG, kept_rows=kept))
     rows, cols = torch.arange(0, x.shape[0], 2), torch.arange(w.shape[0] - 1, -1, -1)
     got = quant.variant_forward(method, x, w, b, CFG, x_rows=rows, w_rows=cols)
     assert torch.allclose(got, want[rows][:, cols], rtol=1e-12, atol=1e-12)

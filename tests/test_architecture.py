@@ -22,7 +22,7 @@ import kernelbench.backends as backends_pkg
 from kernelbench import oracle
 from kernelbench.backends import REGISTRY, BrokenBackend, all_backends, load_backends
 from kernelbench.cli import app
-from kernelbench.quant import QuantConfig
+from kernelbench.quant import Problem, QuantConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,7 +217,7 @@ def test_cli_list_shows_verification():
 def test_oracle_rejects_an_unknown_method():
     x = torch.ones(2, 4)
     with pytest.raises(ValueError, match="unknown method 'row_wise'"):
-        oracle.emulate("row_wise", x, x, None, QuantConfig())
+        oracle.emulate(Problem("row_wise", x, x, None, QuantConfig()))
 
 
 def test_readme_backend_table_states_the_verified_devices():

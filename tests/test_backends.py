@@ -14,7 +14,7 @@ from kernelbench.backends import all_backends, get_backend
 from kernelbench.cli import app
 from kernelbench.core import METHODS, STAGES
 from kernelbench.kernels import cpu_ext
-from kernelbench.quant import QuantConfig
+from kernelbench.quant import Problem, QuantConfig
 
 BF16 = torch.bfloat16
 CFGS = [
@@ -147,7 +147,7 @@ def test_int8_raw_runner_equals_oracle_on_tie_free_inputs(backend, methods_of, g
     qw[:, 3] = -127
     x, w = (qx * 0.125).to(BF16).to(device), (qw * 2.0**-6).to(BF16).to(device)
     y = backend.runner("int8_raw", x, w, None, QuantConfig()).run()
-    ref = oracle.emulate("int8_raw", x, w, None, QuantConfig())
+    ref = oracle.emulate(Problem("int8_raw", x, w, None, QuantConfig()))
     assert torch.equal(y.to(torch.int64).cpu(), ref)
     assert torch.equal(ref, qx @ qw.T)
 
@@ -350,7 +350,7 @@ def test_tiny_absmax_row_matches_oracle(backend, methods_of, check_oracle, make_
     normal = torch.tensor([0, 2, 3], device=device)
     for method in methods:
         y = backend.runner(method, x, w, None, cfg).run()
-        ref = oracle.emulate(method, x, w, None, cfg)
+        ref = oracle.emulate(Problem(method, x, w, None, cfg))
         assert oracle.rel_frobenius(y[1], ref[1]) < 2e-2, method
         what = f"{backend.name}/{method} normal rows"
         check_oracle(y[normal], method, x[normal], w, None, cfg, what=what, backend=backend)

@@ -12,7 +12,7 @@ import torch
 from kernelbench import oracle, quant
 from kernelbench.backends import BrokenBackend, all_backends, get_backend
 from kernelbench.core import STAGES
-from kernelbench.quant import QuantConfig
+from kernelbench.quant import Problem, QuantConfig
 
 ALPHA = 6.0
 #: bf16 output rounding (relative Frobenius): ~2^-9 / sqrt(3) per element, with margin.
@@ -87,7 +87,7 @@ def test_bnb_vectorwise_matches_emulate(bnb_backend):
     r = bnb_backend.runner("vectorwise", x, w, b, QuantConfig(ALPHA))
     y = r.run()
     assert y.dtype == x.dtype and r.outlier_cols == 0
-    ref = oracle.emulate("vectorwise", x, w, b, QuantConfig(ALPHA))
+    ref = oracle.emulate(Problem("vectorwise", x, w, b, QuantConfig(ALPHA)))
     assert oracle.rel_frobenius(y, ref) < BF16_TOL
 
 
@@ -99,8 +99,8 @@ def test_bnb_llm_int8_is_the_ge_int8_variant(bnb_backend):
     assert ">=" in r.variant and "from int8" in r.variant
     assert r.outlier_cols == 2  # column 9 (exactly alpha) counts under '>='
     y = r.run()
-    ref_bnb = oracle.emulate("llm_int8", x, w, b, QuantConfig(ALPHA, ">=", "int8"))
-    ref_paper = oracle.emulate("llm_int8", x, w, b, QuantConfig(ALPHA, ">", "fp16"))
+    ref_bnb = oracle.emulate(Problem("llm_int8", x, w, b, QuantConfig(ALPHA, ">=", "int8")))
+    ref_paper = oracle.emulate(Problem("llm_int8", x, w, b, QuantConfig(ALPHA, ">", "fp16")))
     err_bnb = oracle.rel_frobenius(y, ref_bnb)
     assert err_bnb < BF16_TOL
     assert err_bnb < oracle.rel_frobenius(y, ref_paper) / 2
@@ -127,7 +127,7 @@ def test_bnb_llm_int8_partial_outlier_columns_close_to_oracle(bnb_backend):
     cfg = QuantConfig(ALPHA, ">=", "int8")
     y = bnb_backend.runner("llm_int8", x, w, b, cfg).run()
     exact = oracle.exact(x, w, b)
-    emul = oracle.rel_frobenius(oracle.emulate("llm_int8", x, w, b, cfg), exact)
+    emul = oracle.rel_frobenius(oracle.emulate(Problem("llm_int8", x, w, b, cfg)), exact)
     assert oracle.rel_frobenius(y, exact) < 1.5 * emul + BF16_TOL
 
 
@@ -165,7 +165,9 @@ def test_torchao_vectorwise(torchao_backend):
     assert y.dtype == x.dtype
     assert oracle.rel_frobenius(y, _torchao_emulate(x, w, b)) < BF16_TOL
     exact = oracle.exact(x, w, b)
-    emul = oracle.rel_frobenius(oracle.emulate("vectorwise", x, w, b, QuantConfig()), exact)
+    emul = oracle.rel_frobenius(
+        oracle.emulate(Problem("vectorwise", x, w, b, QuantConfig())), exact
+    )
     assert oracle.rel_frobenius(y, exact) < 1.5 * emul + BF16_TOL
     assert r.weight_bytes == w.numel() + w.shape[0] * 4 + b.numel() * 2
 

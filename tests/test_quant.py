@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernelbench import oracle, quant
-from kernelbench.quant import DEQUANT_CONSTANT, QuantConfig
+from kernelbench.quant import DEQUANT_CONSTANT, Problem, QuantConfig
 
 F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
 COMPUTE = [pytest.param(F32, id="fp32"), pytest.param(F64, id="fp64")]
@@ -60,9 +60,9 @@ def test_vectorwise_exact_on_grid_matches_exact_product(gen):
     x, _ = grid(gen, 7, 13, step=2.0**-3)
     w, _ = grid(gen, 5, 13, step=2.0**-5)
     bias = torch.randn(5, generator=gen).to(BF16)
-    emu = oracle.emulate("vectorwise_torch", x, w, bias, QuantConfig())
+    emu = oracle.emulate(Problem("vectorwise_torch", x, w, bias, QuantConfig()))
     assert torch.equal(emu, oracle.exact(x, w, bias))
-    emu = oracle.emulate("vectorwise", x, w, bias, QuantConfig())
+    emu = oracle.emulate(Problem("vectorwise", x, w, bias, QuantConfig()))
     assert torch.equal(emu, oracle.exact(x, w, bias))
 
 
@@ -118,12 +118,12 @@ def test_all_zero_row_gives_zeros_not_nan(make_randn, compute):
     w = make_randn(4, 10)
     bias = make_randn(4)
     for method in ("vectorwise", "llm_int8", "vectorwise_torch", "absmax_torch"):
-        y = oracle.emulate(method, x, w, bias, QuantConfig())
+        y = oracle.emulate(Problem(method, x, w, bias, QuantConfig()))
         assert torch.isfinite(y).all(), method
         if method != "absmax_torch":
             assert torch.equal(y[1], bias.to(F64)), method
     zero_w = torch.zeros(4, 10, dtype=BF16)
-    y = oracle.emulate("llm_int8", x, zero_w, None, QuantConfig())
+    y = oracle.emulate(Problem("llm_int8", x, zero_w, None, QuantConfig()))
     assert torch.equal(y, torch.zeros_like(y))
 
 
@@ -219,8 +219,8 @@ def test_alpha_zero_turns_decomposition_off(make_randn, make_outliers):
     pw = quant.prepare_weight(w, None, cfg, kept_rows=dims)
     assert pw.kept_rows.numel() == 0
     assert quant.decomposition_columns(x, pw, cfg).numel() == 0
-    y0 = oracle.emulate("llm_int8", x, w, None, cfg, kept_rows=dims)
-    assert torch.equal(y0, oracle.emulate("vectorwise", x, w, None, QuantConfig()))
+    y0 = oracle.emulate(Problem("llm_int8", x, w, None, cfg, kept_rows=dims))
+    assert torch.equal(y0, oracle.emulate(Problem("vectorwise", x, w, None, QuantConfig())))
     assert QuantConfig(alpha=6.0).without_decomposition().alpha == 0.0
 
 
@@ -281,8 +281,8 @@ def test_fp16_mode_without_kept_rows_falls_back_to_int8_rows(make_randn, make_ou
     ``fp16`` mode then reconstructs them from int8, like the ``int8`` mode."""
     x, _ = make_outliers(10, 24)
     w = make_randn(6, 24)
-    y16 = oracle.emulate("llm_int8", x, w, None, QuantConfig(outlier_weights="fp16"))
-    y8 = oracle.emulate("llm_int8", x, w, None, QuantConfig(outlier_weights="int8"))
+    y16 = oracle.emulate(Problem("llm_int8", x, w, None, QuantConfig(outlier_weights="fp16")))
+    y8 = oracle.emulate(Problem("llm_int8", x, w, None, QuantConfig(outlier_weights="int8")))
     assert torch.equal(y16, y8)
 
 
@@ -296,10 +296,12 @@ def test_llm_int8_beats_vectorwise_with_app_c_outliers(make_randn, make_outliers
     bias = make_randn(32, scale=0.1)
     ref = oracle.exact(x, w, bias)
     cfg = QuantConfig()
-    e_llm = oracle.rel_frobenius(oracle.emulate("llm_int8", x, w, bias, cfg), ref)
-    e_llm_kept = oracle.rel_frobenius(oracle.emulate("llm_int8", x, w, bias, cfg, dims), ref)
-    e_vec = oracle.rel_frobenius(oracle.emulate("vectorwise", x, w, bias, cfg), ref)
-    e_abs = oracle.rel_frobenius(oracle.emulate("absmax_torch", x, w, bias, cfg), ref)
+    e_llm = oracle.rel_frobenius(oracle.emulate(Problem("llm_int8", x, w, bias, cfg)), ref)
+    e_llm_kept = oracle.rel_frobenius(
+        oracle.emulate(Problem("llm_int8", x, w, bias, cfg, dims)), ref
+    )
+    e_vec = oracle.rel_frobenius(oracle.emulate(Problem("vectorwise", x, w, bias, cfg)), ref)
+    e_abs = oracle.rel_frobenius(oracle.emulate(Problem("absmax_torch", x, w, bias, cfg)), ref)
     assert e_llm * 5 < e_vec, (e_llm, e_vec)
     assert e_llm_kept * 5 < e_vec, (e_llm_kept, e_vec)
     assert e_vec <= e_abs * 1.01

@@ -46,7 +46,7 @@ from kernelbench.backends import all_backends  # noqa: E402
 from kernelbench.backends import triton_int8 as tri  # noqa: E402
 from kernelbench.backends.base import method_config  # noqa: E402
 from kernelbench.checks import InputError  # noqa: E402
-from kernelbench.quant import QuantConfig  # noqa: E402
+from kernelbench.quant import Problem, QuantConfig  # noqa: E402
 
 HELPER = Path(__file__).with_name("triton_interpreter_run.py")
 F64 = torch.float64
@@ -266,7 +266,7 @@ def test_int8_raw_runner_is_exact(interp, tolerance):
     qa = quant.quantize_activation(c["x"], torch.zeros(0, dtype=torch.int64))
     assert out["runner"].dtype == torch.int32
     assert torch.equal(out["runner"].to(torch.int64), oracle.int_product(qa.int8, pw.int8))
-    ref = oracle.emulate("int8_raw", c["x"], c["weight"], None, cfg)
+    ref = oracle.emulate(Problem("int8_raw", c["x"], c["weight"], None, cfg))
     err = (out["runner"].to(F64) - ref.to(F64)).abs()
     assert bool((err <= tolerance("int8_raw", c["x"], c["weight"], None, cfg)).all())
 

@@ -32,7 +32,13 @@ import torch
 from kernelbench import quant
 from kernelbench.checks import check_activation, check_weight
 from kernelbench.core import INT8_STAGE_METHODS, METHODS
-from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation, method_config
+from kernelbench.quant import (
+    PreparedWeight,
+    Problem,
+    QuantConfig,
+    QuantizedActivation,
+    method_config,
+)
 
 __all__ = [
     "Availability",
@@ -292,6 +298,12 @@ class Backend:
         return self.dequantize(acc, qa, pw, self.outlier_product(qa, pw))
 
     # --- runners ---------------------------------------------------------------------------
+
+    def build(self, problem: Problem) -> Runner:
+        """The runner of ``problem``: :meth:`runner` on its fields (what the sweep and the
+        contract call; a backend overrides :meth:`runner`)."""
+        p = problem
+        return self.runner(p.method, p.x, p.weight, p.bias, p.cfg, kept_rows=p.kept_rows)
 
     def runner(
         self,

@@ -12,7 +12,7 @@ Methods: ``int8_raw`` (``int8_linear_matmul`` alone, on its own int8 operands), 
 (``threshold=0.0``, its default: no decomposition) and ``llm_int8`` (``threshold=cfg.alpha``).
 
 The variant it computes (``Runner.variant`` says it per row; the oracle for it is
-``oracle.emulate("llm_int8", ..., QuantConfig(alpha, ">=", "int8"))``):
+``oracle.emulate(Problem("llm_int8", ..., QuantConfig(alpha, ">=", "int8")))``):
 
 * outlier test ``|x| >= alpha`` (the paper: ``>``), whatever ``cfg.outlier_cmp`` says;
 * outlier weights dequantized from the int8 weights (the paper: 16-bit), whatever

@@ -43,7 +43,7 @@ import torch
 from kernelbench import freshness, oracle, quant
 from kernelbench.backends.base import Backend, Numerics, Runner
 from kernelbench.core import METHODS
-from kernelbench.quant import QuantConfig, method_config
+from kernelbench.quant import Problem, QuantConfig
 
 F64 = torch.float64
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
@@ -73,19 +73,13 @@ def _near_ties(t: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
 
 
 def oracle_tolerance(
-    method: str,
-    x: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor | None,
-    cfg: QuantConfig,
-    kept_rows: torch.Tensor | None = None,
-    ref: torch.Tensor | None = None,
-    sixteen_bit_steps: int = 0,
+    problem: Problem, ref: torch.Tensor | None = None, sixteen_bit_steps: int = 0
 ) -> torch.Tensor:
     """Element-wise bound on ``|backend - oracle.emulate|`` (see the module docstring)."""
+    method, x, w, bias = problem.method, problem.x, problem.weight, problem.bias
     u = UNIT_ROUNDOFF[torch.float32 if method == "fp32" else x.dtype]
     if ref is None:
-        ref = oracle.emulate(method, x, w, bias, cfg, kept_rows)
+        ref = oracle.emulate(problem)
     ref = ref.to(F64)
     xa, wa = x.to(F64).abs(), w.to(F64).abs()
     mag = xa @ wa.T
@@ -107,10 +101,8 @@ def oracle_tolerance(
         m_j = _near_ties(w, aw[:, None].expand(-1, k))
         ties = (n_i[:, None] * ax[:, None] + m_j[None, :] * ax[:, None]) * aw[None, :] / 127
         return u * ref.abs() + (1 + u) * (ties + 8 * 2.0**-24 * mag)
-    mcfg = method_config(method, cfg)
-    pw = quant.prepare_weight(
-        w, bias, mcfg, kept_rows if method == "llm_int8" else None, compute_dtype=F64
-    )
+    mcfg = problem.method_cfg
+    pw = quant.prepare_weight(w, bias, mcfg, problem.method_kept_rows, compute_dtype=F64)
     cols = quant.decomposition_columns(x, pw, mcfg)
     qa = quant.quantize_activation(x, cols, F64)
     regular = x.to(F64).clone()
@@ -132,15 +124,15 @@ def oracle_tolerance(
 
 
 def assert_matches_oracle(
-    y, method, x, w, bias, cfg, kept_rows=None, what="", numerics: Numerics | None = None
+    y: torch.Tensor, problem: Problem, what: str = "", numerics: Numerics | None = None
 ) -> None:
-    """``y`` against the float64 oracle, held to what ``numerics`` declares (the reference
-    math with no 16-bit roundings when not given); raises :class:`ContractFailure`."""
+    """``y``, the output of ``problem``, against the float64 oracle, held to what ``numerics``
+    declares (the reference math with no 16-bit roundings when not given); raises
+    :class:`ContractFailure`."""
     numerics = numerics or Numerics()
-    y, x, w = y.cpu(), x.cpu(), w.cpu()
-    bias = bias.cpu() if bias is not None else None
-    kept_rows = kept_rows.cpu() if kept_rows is not None else None
-    ref = oracle.emulate(method, x, w, bias, cfg, kept_rows).to(F64)
+    y, problem = y.cpu(), problem.cpu()
+    method, x, w, bias = problem.method, problem.x, problem.weight, problem.bias
+    ref = oracle.emulate(problem).to(F64)
     if tuple(y.shape) != tuple(ref.shape):
         raise ContractFailure(f"{what}: shape {tuple(y.shape)}, expected {tuple(ref.shape)}")
     if not numerics.reference and method != "int8_raw":
@@ -151,16 +143,7 @@ def assert_matches_oracle(
                 f"> {VARIANT_REL_ERROR} (a backend with its own variant)"
             )
         return
-    tol = oracle_tolerance(
-        method,
-        x,
-        w,
-        bias,
-        cfg,
-        kept_rows,
-        ref=ref,
-        sixteen_bit_steps=numerics.sixteen_bit_roundings,
-    )
+    tol = oracle_tolerance(problem, ref=ref, sixteen_bit_steps=numerics.sixteen_bit_roundings)
     err = (y.to(F64) - ref).abs()
     bad = ~(err <= tol)  # NaN is bad
     if bad.any():
@@ -212,14 +195,17 @@ def supported_methods(backend: Backend, device, dtype=torch.bfloat16, m=8, k=8, 
     return [meth for meth in backend.methods if backend.supports(meth, dev, dtype, m, k, n)]
 
 
-def _runner(backend: Backend) -> Callable[..., Runner]:
-    """The backend's own runner (not the sweep's contract guard around it)."""
-    return getattr(backend, "unchecked_runner", backend.runner)
+def _build(backend: Backend, problem: Problem) -> Runner:
+    """The backend's own runner for ``problem`` (not the sweep's contract guard around it)."""
+    runner = getattr(backend, "unchecked_runner", backend.runner)
+    p = problem
+    return runner(p.method, p.x, p.weight, p.bias, p.cfg, kept_rows=p.kept_rows)
 
 
-def _run_checked(backend, method, x, w, bias, cfg, kept=None, what="") -> Runner:
-    """Run ``method`` and hold its output (dtype, shape, values) to the oracle."""
-    r = _runner(backend)(method, x, w, bias, cfg, kept_rows=kept)
+def _run_checked(backend: Backend, problem: Problem, what: str = "") -> Runner:
+    """Run ``problem`` and hold its output (dtype, shape, values) to the oracle."""
+    method, x = problem.method, problem.x
+    r = _build(backend, problem)
     y = r.run()
     if r.returns_int32 != (method == "int8_raw"):
         raise ContractFailure(f"{what}: returns_int32 is {r.returns_int32} for {method}")
@@ -233,7 +219,7 @@ def _run_checked(backend, method, x, w, bias, cfg, kept=None, what="") -> Runner
         if not torch.equal(y.cpu().to(torch.int64), exact):
             raise ContractFailure(f"{what}: not the exact product of its own operands")
         return r
-    assert_matches_oracle(y, method, x, w, bias, cfg, kept, what, backend.numerics)
+    assert_matches_oracle(y, problem, what, backend.numerics)
     return r
 
 
@@ -285,7 +271,7 @@ def check_methods(backend: Backend, device, gen) -> None:
             for method in methods:
                 for kept in (None, dims) if method == "llm_int8" else (None,):
                     what = f"{method} {str(dtype)[6:]} alpha={cfg.alpha}{cfg.outlier_cmp}"
-                    _run_checked(backend, method, x, w, bias, cfg, kept, what)
+                    _run_checked(backend, Problem(method, x, w, bias, cfg, kept), what)
 
 
 def check_tails(backend: Backend, device, gen) -> None:
@@ -296,7 +282,7 @@ def check_tails(backend: Backend, device, gen) -> None:
         w, bias = randn(gen, n, k, scale=0.1), randn(gen, n)
         x, w, bias = x.to(device), w.to(device), bias.to(device)
         for method in methods:
-            _run_checked(backend, method, x, w, bias, QuantConfig(), None, f"{method} {m}x{k}x{n}")
+            _run_checked(backend, Problem(method, x, w, bias), f"{method} {m}x{k}x{n}")
 
 
 def check_int8_extremes(backend: Backend, device, gen) -> None:
@@ -331,7 +317,7 @@ def check_outliers(backend: Backend, device, gen) -> None:
     for cfg in (QuantConfig(), QuantConfig(outlier_weights="int8")):
         for kept in (None, dims):
             what = f"llm_int8 weights={cfg.outlier_weights} kept={kept is not None}"
-            r = _run_checked(backend, "llm_int8", x, w, bias, cfg, kept, what)
+            r = _run_checked(backend, Problem("llm_int8", x, w, bias, cfg, kept), what)
             if r.outlier_cols != len(dims):
                 raise ContractFailure(
                     f"{what}: {r.outlier_cols} outlier columns, {len(dims)} planted"
@@ -350,16 +336,16 @@ def check_alpha(backend: Backend, device, gen) -> None:
     x, w, bias = x.to(device), w.to(device), bias.to(device)
     for cmp, expected in ((">", 1), (">=", 2)):
         cfg = QuantConfig(4.0, cmp)
-        r = _run_checked(backend, "llm_int8", x, w, bias, cfg, None, f"alpha 4 {cmp}")
+        r = _run_checked(backend, Problem("llm_int8", x, w, bias, cfg), f"alpha 4 {cmp}")
         if r.outlier_cols != expected:
             raise ContractFailure(
                 f"alpha 4 {cmp}: {r.outlier_cols} outlier columns, not {expected}"
             )
-        off = _runner(backend)("llm_int8", x, w, bias, QuantConfig(0.0, cmp))
+        off = _build(backend, Problem("llm_int8", x, w, bias, QuantConfig(0.0, cmp)))
         if off.outlier_cols != 0:
             raise ContractFailure(f"alpha 0 {cmp}: {off.outlier_cols} outlier columns, not 0")
         if "vectorwise" in backend.methods:
-            vec = _runner(backend)("vectorwise", x, w, bias, cfg).run()
+            vec = _build(backend, Problem("vectorwise", x, w, bias, cfg)).run()
             if not torch.equal(off.run(), vec):
                 raise ContractFailure(f"alpha 0 {cmp}: llm_int8 differs from vectorwise")
 
@@ -371,7 +357,7 @@ def check_zero_token(backend: Backend, device, gen) -> None:
     x[2] = 0
     x, w, bias = x.to(device), w.to(device), bias.to(device)
     for method in methods:
-        y = _runner(backend)(method, x, w, bias, QuantConfig()).run()
+        y = _build(backend, Problem(method, x, w, bias, QuantConfig())).run()
         if not torch.isfinite(y).all() or not torch.equal(y[2], bias):
             raise ContractFailure(
                 f"{method}: a zero token gives {y[2, :3].tolist()}..., not the bias"
@@ -392,7 +378,7 @@ def check_bad_inputs(backend: Backend, device, gen) -> None:
     }
     for what, x in cases.items():
         try:
-            _runner(backend)(method, x.to(device), w, None, QuantConfig()).run()
+            _build(backend, Problem(method, x.to(device), w, None, QuantConfig())).run()
         except (ValueError, TypeError) as exc:
             if not str(exc):
                 raise ContractFailure(f"{what}: {type(exc).__name__} without a message") from None
@@ -411,7 +397,7 @@ def check_stages(backend: Backend, device, gen) -> None:
     w = randn(gen, 10, 40).to(device)
     x = x.to(device)
     for method in methods:
-        r = _runner(backend)(method, x, w, None, QuantConfig())
+        r = _build(backend, Problem(method, x, w, None, QuantConfig()))
         for stage in r.stages.values():
             stage()
         if not torch.equal(r.run(), r.run()):
@@ -428,7 +414,7 @@ def check_follows_input(backend: Backend, device, gen) -> None:
     for method in methods:
         x = x0.clone().to(device)
         kept = dims.to(device) if method == "llm_int8" else None
-        r = _runner(backend)(method, x, w, bias, QuantConfig(), kept_rows=kept)
+        r = _build(backend, Problem(method, x, w, bias, QuantConfig(), kept_rows=kept))
         r.run()
         if r.returns_int32 and r.operands is None:
             raise ContractFailure(f"{method}: an int8_raw runner must give its operands")

@@ -33,7 +33,7 @@ from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
 from kernelbench.backends.plugins import origin_of
 from kernelbench.core import BASELINE, FP32, SkipKind, work_bytes, work_flops
 from kernelbench.measure.engine import MeasurementEngine, RowMeasurement, error_text
-from kernelbench.quant import outlier_columns
+from kernelbench.quant import Problem, outlier_columns
 from kernelbench.results.schema import ResultRow
 from kernelbench.run.cases import Case, layer_inputs, make_inputs
 from kernelbench.run.env import device_class
@@ -394,9 +394,8 @@ def _prepare_row(
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
     if runner is None:
-        runner = backend.runner(
-            row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows=kept_rows
-        )
+        problem = Problem(row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows)
+        runner = backend.build(problem)
     deferred = None
     if warm_s is None:
         y, warm_s = engine.first_call(runner.run)

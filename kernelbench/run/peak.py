@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from kernelbench.core import work_flops
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
-from kernelbench.quant import QuantConfig
+from kernelbench.quant import Problem, QuantConfig
 from kernelbench.run.env import device_class
 from kernelbench.run.load import Load, LoadSample, load_between, quiet_check, read_load
 from kernelbench.statistics import stats
@@ -114,7 +114,7 @@ def _int8_tops(engine: MeasurementEngine, device: torch.device) -> tuple[float, 
                 return None
             x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
             w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
-            return backend.runner("int8_raw", x, w, None, QuantConfig(alpha=0.0)).run
+            return backend.build(Problem("int8_raw", x, w, None, QuantConfig(alpha=0.0))).run
 
         tops, label = _best_of_shapes(engine, make_call, f"{name} int8_raw")
         if tops > best:
