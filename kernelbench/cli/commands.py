@@ -221,6 +221,12 @@ def run(
         + _help_default("extra_rounds"),
     ),
     threads: int = typer.Option(None, metavar="N", help="CPU threads (default: torch's)"),
+    cache: str = typer.Option(
+        "cold",
+        metavar="MODE",
+        help="cold: caches evicted before every timed call, weights read from memory as in a "
+        "model; hot: left as the previous calls left them",
+    ),
     budget: float = typer.Option(
         None, metavar="SECONDS", help="Timed samples per row and round " + _help_default("budget_s")
     ),
@@ -271,6 +277,8 @@ def run(
         raise fail(str(exc)) from None
     if dist is not None and dist not in DISTRIBUTIONS:
         raise fail(f"--dist must be one of {', '.join(DISTRIBUTIONS)}, got {dist!r}")
+    if cache not in ("cold", "hot"):
+        raise fail(f"--cache must be cold or hot, got {cache!r}")
     if outlier_cmp not in (">", ">="):
         raise fail(f"--outlier-cmp must be '>' or '>=', got {outlier_cmp!r}")
     if outlier_weights not in ("fp16", "int8"):
@@ -281,7 +289,7 @@ def run(
 
     req = RunRequest(
         chosen, case, _csv(backends), _csv(methods), layer, dist, activations, device, out,
-        resume, alpha, outlier_cmp, outlier_weights, executor, address, dims is not None,
+        resume, alpha, outlier_cmp, outlier_weights, executor, address, dims is not None, cache,
     )  # fmt: skip
     run_sweep(req, no_report)
 

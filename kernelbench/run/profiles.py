@@ -26,6 +26,8 @@ class Profile:
     ci_target: float  # relative half-width a pooled speedup's 95% interval should reach
     extra_rounds: int  # at most this many more rounds for rows whose interval is too wide
     threads: int | None = None  # CPU threads; None: torch's default
+    #: pairs every row takes per round however long its call (large cells too)
+    min_pairs: int = 3
 
 
 PROFILES: dict[str, Profile] = {
@@ -89,6 +91,7 @@ _RANGES: dict[str, tuple[str, float, bool, float | None]] = {
     "extra_rounds": ("--extra-rounds", 0, True, 100),
     "ci_target": ("--ci-target", 0.0, False, 1.0),
     "threads": ("--threads", 1, True, 4096),
+    "min_pairs": ("min_pairs", 1, True, 1000),
 }
 
 
