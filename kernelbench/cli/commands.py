@@ -298,15 +298,16 @@ def run(
 def show(run_dir: Path) -> None:
     """Print the tables of a saved run again."""
     from kernelbench.report.console import print_tables
-    from kernelbench.results.schema import SchemaError
-    from kernelbench.results.view import load_view
+    from kernelbench.results.schema import SchemaError, load_env, results_path
+    from kernelbench.results.view import ci_target, load_view
 
     try:
         with skipped_lines_reported():
             df = load_view(run_dir)
+        target = ci_target(load_env(results_path(run_dir).parent))
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console)
+    print_tables(df, console, ci_target=target)
 
 
 @app.command()
