@@ -165,3 +165,11 @@ def test_call_timer_refuses_an_unknown_cache_mode():
         call_timer("cpu", cache="warm")
     assert call_timer("cpu", cache="hot").before_call is None
     assert call_timer("cpu", cache="cold").before_call is not None
+
+
+def test_the_engine_evicts_only_when_asked_on_the_cpu():
+    """Peaks (measured with the engine's defaults) keep the CPU's caches warm; a run asks."""
+    settings = TimerSettings()
+    assert MeasurementEngine("cpu", settings, settings).timer.before_call is None
+    cold = MeasurementEngine("cpu", settings, settings, cache="cold")
+    assert cold.timer.before_call is not None

@@ -119,3 +119,13 @@ def test_precision_line_counts_rows_within_the_target_and_the_median_width():
         "precision: 1 of 2 paired rows within ±5% (95% interval), median half-width 11.0%"
     )
     assert precision_line(df[df["status"] == "skipped"], 0.05) == ""
+
+
+def test_the_report_says_how_the_rows_found_the_caches():
+    from kernelbench.report import _cache_text
+
+    ok = pd.DataFrame({"cache": ["cold", "cold"], "cache_resident": [False, False]})
+    assert _cache_text(ok).startswith("caches: cold (evicted before every timed call")
+    hot = pd.DataFrame({"cache": ["hot", "hot"], "cache_resident": [True, False]})
+    assert _cache_text(hot) == "caches: hot; 1 rows cache-resident"
+    assert _cache_text(pd.DataFrame({"x": [1]})) == ""

@@ -258,13 +258,16 @@ class MeasurementEngine:
         clock: Clock = time.perf_counter,
         timer: CallTimer | None = None,
         reuse_memory: bool | None = None,
-        cache: str = "cold",
+        cache: str | None = None,
     ) -> None:
         """``reuse_memory``: time CPU calls under :func:`freed_memory_reused` (default: on the
         CPU). ``cache``: ``cold`` evicts the caches before every timed call, ``hot`` does not
-        (see :func:`~kernelbench.measure.timing.call_timer`)."""
+        (see :func:`~kernelbench.measure.timing.call_timer`); default: the L2 flushed on CUDA,
+        the CPU's caches left warm (peaks are measured so: the most a device attains)."""
         self.settings, self.stage_settings = settings, stage_settings
         self.clock = clock
+        if cache is None:
+            cache = "cold" if torch.device(device).type == "cuda" else "hot"
         self.timer = timer or call_timer(device, clock, cache)
         if reuse_memory is None:
             reuse_memory = torch.device(device).type == "cpu"
