@@ -227,7 +227,19 @@ def call_timer(
     cold = cache == "cold"
     if device.type == "cuda":
         return CudaCallTimer(device, cold)
-    return CallTimer(clock, before_call=CacheEvictor() if cold else None)
+    return CallTimer(clock, before_call=shared_evictor() if cold else None)
+
+
+_EVICTORS: dict[int, CacheEvictor] = {}
+
+
+def shared_evictor(nbytes: int | None = None) -> CacheEvictor:
+    """One :class:`CacheEvictor` per size for the process: every cell's timer reads the same
+    buffer instead of allocating its own."""
+    size = int(nbytes or evict_bytes())
+    if size not in _EVICTORS:
+        _EVICTORS[size] = CacheEvictor(size)
+    return _EVICTORS[size]
 
 
 def steal_ticks(path: str | Path = "/proc/stat") -> tuple[int, int] | None:

@@ -142,6 +142,8 @@ def measure_cell(
     if prepared is not None and (kept is None or any(p not in kept.runners for p in todo)):
         prepared.release_layer(unless=layer_key)
         prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
+    # before the memory in use is read: a cold engine's eviction buffer is not the cell's
+    engine = MeasurementEngine(device, opts.timer, opts.stage_timer, cache=opts.cache)
     in_use = resident_bytes(device)
     layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
 
@@ -158,7 +160,6 @@ def measure_cell(
         kept = PreparedCell(inputs, layer().kept_rows)
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
-    engine = MeasurementEngine(device, opts.timer, opts.stage_timer, cache=opts.cache)
     cell = _Cell(baseline_error=None)
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     ready: list[_Prepared] = []  # built, waiting for the cycles
