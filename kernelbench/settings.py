@@ -87,6 +87,22 @@ SETTINGS: dict[str, Setting] = {
             low=0.0,
             low_inclusive=False,
         ),
+        Setting(
+            "min_pairs",
+            None,
+            3,
+            "Pairs every row takes per round, however long its call (large cells too)",
+            1,
+            high=1000,
+        ),
+        Setting(
+            "cache",
+            "--cache",
+            "cold",
+            "cold: each timed call reads its weights and activations from memory, as in a "
+            "model (caches evicted outside the clock; CUDA: L2 flushed); hot: from cache",
+            choices=("cold", "hot"),
+        ),
         Setting("error_rows", "--error-rows", 512, "Output rows checked against float64", 1),
         Setting("rounds", "--rounds", 3, "Visits of each cell; rows pooled", 1, high=100),
         Setting(

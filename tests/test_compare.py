@@ -13,7 +13,7 @@ import pytest
 
 from kernelbench.results.baseline import BaselineError, find_baseline, sanitize, update_baseline
 from kernelbench.results.compare import ERROR_EPS, compare_runs, render
-from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, ResultRow
+from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SCHEMA_VERSION, ResultRow
 
 DEVICE_CLASS = "cpu-avx2-2core"
 
@@ -373,7 +373,9 @@ UNUSABLE = {
     "empty": (lambda: "", "empty"),
     "blank lines": (lambda: "\n\n  \n", "empty"),
     "schema mismatch": (
-        lambda: _good_lines().replace('"schema_version": 2', '"schema_version": 99'),
+        lambda: _good_lines().replace(
+            f'"schema_version": {SCHEMA_VERSION}', '"schema_version": 99'
+        ),
         "schema_version",
     ),
     "missing key field": (lambda: json.dumps({"schema_version": 1, "case": "gpt3"}), "missing"),

@@ -50,11 +50,18 @@ class FakeMachine:
         return run
 
 
-def engine(machine: FakeMachine, **settings) -> MeasurementEngine:
-    timer = TimerSettings(**settings)
+def engine(machine: FakeMachine, reuse_memory: bool = False, **settings) -> MeasurementEngine:
+    """An engine on ``machine``'s clock; memory reuse (and its pre-faulting calls) and a floor
+    of pairs only when asked, so that call counts are the stopping rules' own."""
+    timer = TimerSettings(**{"min_pairs": 1, **settings})
     stage = TimerSettings(budget_s=0.01, warmup_s=0.0, min_samples=1)
     return MeasurementEngine(
-        "cpu", timer, stage, clock=machine.clock, timer=CallTimer(machine.clock)
+        "cpu",
+        timer,
+        stage,
+        clock=machine.clock,
+        timer=CallTimer(machine.clock),
+        reuse_memory=reuse_memory,
     )
 
 
@@ -342,7 +349,14 @@ def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
     assert libc.calls == []
     # the engine times CPU calls so (cycles, first calls, stages), and not where told not to
     machine = FakeMachine()
-    e = engine(machine, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+    e = engine(
+        machine,
+        reuse_memory=True,
+        warmup_s=0.0,
+        max_samples=2,
+        target_rel_spread=-1.0,
+        ci_target=-1.0,
+    )
     e.measure_cell({"a": machine.call(1.0)}, baseline=machine.call(2.0))
     e.first_call(machine.call(1.0))
     e.time_stages({"s": machine.call(1.0)})

@@ -161,6 +161,12 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
 
 
+def _help(name: str) -> str:
+    """A setting's declared help text with its choices."""
+    s = SETTINGS[name]
+    return f"{s.help} ({' | '.join(s.choices)})" if s.choices else s.help
+
+
 def _profiled_help(name: str) -> str:
     """A profile setting's help: its declared text, then its value in each profile."""
     values = [f"{p}: {getattr(profile, name):g}" for p, profile in PROFILES.items()]
@@ -221,6 +227,7 @@ def run(
     outlier_weights: str = typer.Option(
         SETTINGS["outlier_weights"].default, metavar="NAME", help=SETTINGS["outlier_weights"].help
     ),
+    cache: str = typer.Option(SETTINGS["cache"].default, metavar="MODE", help=_help("cache")),
     error_rows: int = typer.Option(None, metavar="N", help=_profiled_help("error_rows")),
     no_report: bool = typer.Option(False, "--no-report", metavar="", help="No report.html"),
     executor: str = typer.Option("local", metavar="NAME", help="local | ray"),
@@ -255,6 +262,7 @@ def run(
         check("alpha", alpha)
         check("outlier_cmp", outlier_cmp)
         check("outlier_weights", outlier_weights)
+        check("cache", cache)
     except SettingError as exc:
         raise fail(str(exc)) from None
     if dist is not None and dist not in DISTRIBUTIONS:
@@ -278,6 +286,7 @@ def run(
         executor=executor,
         address=address,
         sizes_given=dims is not None,
+        cache=cache,
     )
     run_sweep(req, no_report)
 
@@ -380,15 +389,16 @@ def accuracy(
 def show(run_dir: Path) -> None:
     """Print the tables of a saved run again."""
     from kernelbench.report.console import print_tables
-    from kernelbench.results.schema import SchemaError
-    from kernelbench.results.view import load_view
+    from kernelbench.results.schema import SchemaError, load_env, results_path
+    from kernelbench.results.view import ci_target, load_view
 
     try:
         with skipped_lines_reported():
             df = load_view(run_dir)
+        target = ci_target(load_env(results_path(run_dir).parent))
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console)
+    print_tables(df, console, ci_target=target)
 
 
 @app.command()

@@ -46,6 +46,7 @@ class RunRequest:
     address: str | None = None
     #: --sizes named model dims; otherwise a profile's sizes are a preference (see _sizes).
     sizes_given: bool = False
+    cache: str = default("cache")
 
 
 def _sizes(req: RunRequest, case) -> tuple[int, ...] | None:
@@ -74,6 +75,7 @@ def _settings(req: RunRequest, dclass: str, threads: int) -> dict:
         "rounds": p.rounds,
         "ci_target": p.ci_target,
         "extra_rounds": p.extra_rounds,
+        "cache": req.cache,
         "device_class": dclass,
         "threads": threads,
     }
@@ -121,13 +123,19 @@ def _prepare(req: RunRequest) -> _Prepared:
             cfg=QuantConfig(req.alpha, req.outlier_cmp, req.outlier_weights),
             # a round stops sampling a row once its own interval meets the run's target: the
             # pooled interval (over rounds) is what the run reports and extends
-            timer=TimerSettings(budget_s=p.budget_s, warmup_s=p.warmup_s, ci_target=p.ci_target),
+            timer=TimerSettings(
+                budget_s=p.budget_s,
+                warmup_s=p.warmup_s,
+                ci_target=p.ci_target,
+                min_pairs=p.min_pairs,
+            ),
             max_call_s=p.max_call_s,
             error_rows=p.error_rows,
             activations=req.activations,
             rounds=p.rounds,
             ci_target=p.ci_target,
             extra_rounds=p.extra_rounds,
+            cache=req.cache,
         )
         items = plan(the_case, opts)
         pairs = method_pairs(opts)
@@ -199,7 +207,7 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
     from kernelbench.results.view import load_view
 
     with skipped_lines_reported():
-        print_tables(load_view(req.out), console)
+        print_tables(load_view(req.out), console, ci_target=prep.opts.ci_target)
     if not no_report:
         write_report([req.out], None)
 
@@ -222,6 +230,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         quant=asdict(opts.cfg),
         profile=req.profile.name,
     )
+    env["cache"] = _cache_env(opts.cache, opts.device)
     if opts.device != "cuda":
         from kernelbench.measure.timing import allocator_note
 
@@ -245,6 +254,19 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
             console.print(f"[yellow]{escape(str(exc))}; no rooflines in this run[/yellow]")
     prep.env.update(env)
     (req.out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+
+
+def _cache_env(mode: str, device: str) -> dict:
+    """env.json's ``cache``: the mode, and on the CPU the cache sizes that bound hot rows and
+    the bytes evicted before each timed call of a cold one."""
+    entry: dict = {"mode": mode}
+    if device != "cuda":
+        from kernelbench.measure.timing import cache_sizes, evict_bytes
+
+        entry["levels"] = cache_sizes()
+        if mode == "cold":
+            entry["evict_bytes"] = evict_bytes(entry["levels"])
+    return entry
 
 
 def resume_command(argv: list[str]) -> str:

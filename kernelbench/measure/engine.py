@@ -17,6 +17,15 @@ Stopping. A stopping rule is a small object that looks at one row's samples so f
 sample cap, a time budget, a spread target, a confidence-interval target. A row leaves the
 cycles as soon as any of its rules is met; the cycles end when every row has left. The rules
 are tested on synthetic samples, and the engine itself takes an injected clock.
+
+Memory. CPU calls are timed with freed memory reused (:func:`freed_memory_reused`), and every
+row (and the baseline) makes at least one untimed call after the block is entered: the first
+call in a fresh block faults in its output and temporaries (at d=5140, 2048 tokens: 36k-180k
+minor faults and +17-45% on that call), which no later call of the block pays.
+
+What each sample saw: its page faults and context switches (:class:`~kernelbench.measure.timing.
+CallUsage`), kept per sample beside its time, and the share of CPU time stolen by the
+hypervisor while the cell was cycled.
 """
 
 from __future__ import annotations
@@ -24,12 +33,21 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import torch
 
-from kernelbench.measure.timing import CallTimer, Clock, call_timer, freed_memory_reused
+from kernelbench.measure.timing import (
+    USAGE_FIELDS,
+    CallTimer,
+    CallUsage,
+    Clock,
+    call_timer,
+    freed_memory_reused,
+    steal_share,
+    steal_ticks,
+)
 from kernelbench.settings import default
 from kernelbench.statistics import median_interval, rel_halfwidth, stats
 
@@ -123,12 +141,16 @@ class TimerSettings:
     max_samples: int = 200
     target_rel_spread: float = 0.02  # IQR / median of the samples
     ci_target: float = default("ci_target")  # 95% interval half-width of the median, relative
+    #: samples (pairs) every row takes per round before any rule may stop it, however long its
+    #: call: at large sizes the budget alone stopped rows after 1-3 pairs, too few for an
+    #: interval within the target after the rounds are pooled
+    min_pairs: int = default("min_pairs")
 
     @classmethod
     def for_stages(cls, budget_s: float | None = None) -> TimerSettings:
         """Each stage timed alone, once warm (its row's first call was the warm-up)."""
         budget = default("stage_budget_s") if budget_s is None else budget_s
-        return cls(budget_s=budget, warmup_s=0.0, min_samples=1)
+        return cls(budget_s=budget, warmup_s=0.0, min_samples=1, min_pairs=1)
 
     def rules(self) -> StoppingRules:
         return StoppingRules(
@@ -137,7 +159,8 @@ class TimerSettings:
                 Budget(self.budget_s),
                 SpreadTarget(self.target_rel_spread, max(self.min_samples, 5)),
                 IntervalTarget(self.ci_target, max(self.min_samples, 5)),
-            ]
+            ],
+            floor=max(1, min(self.min_pairs, self.max_samples)),
         )
 
 
@@ -152,6 +175,16 @@ class RowMeasurement:
     first_call_s: float = 0.0
     stages_ms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     throttled: int = 0
+    #: what each sample's call saw (aligned with ``row_ms``)
+    usage: tuple[CallUsage, ...] = ()
+    #: the share of CPU time the hypervisor stole while the cell was cycled (``None``: unknown)
+    steal_share: float | None = None
+
+    def usage_of(self, name: str) -> list[int]:
+        """One :class:`CallUsage` field over the samples (``minor_faults``...)."""
+        if name not in USAGE_FIELDS:
+            raise ValueError(f"no usage field {name!r}")
+        return [getattr(u, name) for u in self.usage]
 
     @property
     def paired(self) -> bool:
@@ -179,6 +212,7 @@ class _Sampling:
     rules: StoppingRules
     row_ms: list[float] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
+    usage: list[CallUsage] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def samples(self) -> tuple[float, ...]:
@@ -231,12 +265,17 @@ class MeasurementEngine:
         clock: Clock = time.perf_counter,
         timer: CallTimer | None = None,
         reuse_memory: bool | None = None,
+        cache: str | None = None,
     ) -> None:
         """``reuse_memory``: time CPU calls under :func:`freed_memory_reused` (default: on the
-        CPU)."""
+        CPU). ``cache``: ``cold`` evicts the caches before every timed call, ``hot`` does not
+        (see :func:`~kernelbench.measure.timing.call_timer`); default: the L2 flushed on CUDA,
+        the CPU's caches left warm (peaks are measured so: the most a device attains)."""
         self.settings, self.stage_settings = settings, stage_settings
         self.clock = clock
-        self.timer = timer or call_timer(device, clock)
+        if cache is None:
+            cache = "cold" if torch.device(device).type == "cuda" else "hot"
+        self.timer = timer or call_timer(device, clock, cache)
         if reuse_memory is None:
             reuse_memory = torch.device(device).type == "cpu"
         self.reuse_memory = reuse_memory
@@ -251,10 +290,14 @@ class MeasurementEngine:
             return self.timer.seconds(call)
 
     def _warm_up(self, call: Call, warmed_s: float, warmup_s: float) -> None:
+        """Untimed calls until ``warmup_s`` (less ``warmed_s`` already had) have passed; with
+        memory reused, at least one: it pre-faults what the call allocates in this block."""
         start = self.clock() - warmed_s
-        while self.clock() - start < warmup_s:
+        calls = 0
+        while self.clock() - start < warmup_s or (self.reuse_memory and not calls):
             call()
             self.timer.sync()
+            calls += 1
 
     def measure_cell(
         self,
@@ -276,6 +319,7 @@ class MeasurementEngine:
         of the pairing (:func:`interpolated_baselines`' gaps). CPU memory is reused while the
         cell is timed (see the constructor)."""
         with self._memory():
+            steal_before = steal_ticks()
             warmed = dict(warmed_s or {})
             failed: dict[Hashable, str] = {}
             hooks = dict(first_outputs or {})
@@ -286,6 +330,7 @@ class MeasurementEngine:
                 alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks)
                 if "baseline" in failed:
                     raise RuntimeError(failed["baseline"])
+                alone = _with_steal(alone, steal_share(steal_before, steal_ticks()))
                 return CellMeasurement({}, alone["baseline"], MappingProxyType({}))
             for key, call in calls.items():
                 try:
@@ -298,6 +343,7 @@ class MeasurementEngine:
             if baseline_first_output is not None:
                 hooks[_BASELINE_KEY] = baseline_first_output
             rows = self._cycles(live, baseline, failed, seed, hooks)
+            rows = _with_steal(rows, steal_share(steal_before, steal_ticks()))
             base = rows.pop(_BASELINE_KEY, None)
             return CellMeasurement(MappingProxyType(rows), base, MappingProxyType(failed))
 
@@ -313,15 +359,17 @@ class MeasurementEngine:
         state = {key: _Sampling(self.settings.rules()) for key in calls}
         active = list(calls)
         base_samples: list[float] = []
+        base_usage: list[CallUsage] = []
         # ``last``: when the previous call ended; the time from there to the next call's start
         # (an output hook's, a failed call's) is a gap the pairing leaves out
         before, last = 0.0, self.clock()
         if baseline is not None:
             before = self._call(_BASELINE_KEY, baseline, hooks)
-            last += before / 1e3
+            before_usage = self.timer.last_usage
+            last += (before / 1e3) + self.timer.last_prepare_s
         while active:
             order.shuffle(active)
-            timed: list[tuple[Hashable, float]] = []
+            timed: list[tuple[Hashable, float, CallUsage]] = []
             gaps: list[float] = []
             for key in active:
                 start = self.clock()
@@ -330,37 +378,49 @@ class MeasurementEngine:
                 except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
                     failed[key] = error_text(exc)
                     continue
-                timed.append((key, ms))
+                start += self.timer.last_prepare_s  # the eviction before the call: a gap
+                timed.append((key, ms, self.timer.last_usage))
                 gaps.append((start - last) * 1e3)
                 last = start + ms / 1e3
             if baseline is None:
-                for key, ms in timed:
+                for key, ms, usage in timed:
                     state[key].row_ms.append(ms)
+                    state[key].usage.append(usage)
                     state[key].elapsed_s += ms / 1e3
             else:
                 start = self.clock()
-                gaps.append((start - last) * 1e3)
                 after = self.timer(baseline)
+                start += self.timer.last_prepare_s
+                gaps.append((start - last) * 1e3)
                 last = start + after / 1e3
                 base_samples.append(before)
+                base_usage.append(before_usage)
+                before_usage = self.timer.last_usage
                 share = (before + after) / 2 / max(len(timed), 1)
-                interp = interpolated_baselines(before, after, [ms for _, ms in timed], gaps)
-                for (key, ms), base in zip(timed, interp, strict=True):
+                interp = interpolated_baselines(before, after, [ms for _, ms, _ in timed], gaps)
+                for (key, ms, usage), base in zip(timed, interp, strict=True):
                     state[key].row_ms.append(ms)
                     state[key].baseline_ms.append(base)
+                    state[key].usage.append(usage)
                     state[key].elapsed_s += (ms + share) / 1e3
                 before = after
             active = [k for k in active if k not in failed and not state[k].done()]
         out = {
             key: RowMeasurement(
-                tuple(s.row_ms), tuple(s.baseline_ms), throttled=self.timer.throttled
+                tuple(s.row_ms),
+                tuple(s.baseline_ms),
+                throttled=self.timer.throttled,
+                usage=tuple(s.usage),
             )
             for key, s in state.items()
             if key not in failed
         }
         if baseline is not None:
             base_samples.append(before)
-            out[_BASELINE_KEY] = RowMeasurement(tuple(base_samples), throttled=self.timer.throttled)
+            base_usage.append(before_usage)
+            out[_BASELINE_KEY] = RowMeasurement(
+                tuple(base_samples), throttled=self.timer.throttled, usage=tuple(base_usage)
+            )
         return out
 
     def _call(self, key: Hashable, call: Call, hooks: dict[Hashable, OutputHook]) -> float:
@@ -385,12 +445,10 @@ class MeasurementEngine:
         if "row" in cell.failed:
             raise RuntimeError(cell.failed["row"])
         meas = cell.rows["row"]
-        return RowMeasurement(
-            meas.row_ms,
-            meas.baseline_ms,
-            first_call_s,
-            self.time_stages(stages or {}, known_stages_ms),
-            meas.throttled,
+        return replace(
+            meas,
+            first_call_s=first_call_s,
+            stages_ms=self.time_stages(stages or {}, known_stages_ms),
         )
 
     def time_stages(
@@ -416,6 +474,12 @@ class MeasurementEngine:
         while not rules.done(SamplingState(tuple(samples), sum(samples) / 1e3)):
             samples.append(self.timer(call))
         return stats(samples).median_ms
+
+
+def _with_steal(
+    rows: dict[Hashable, RowMeasurement], share: float | None
+) -> dict[Hashable, RowMeasurement]:
+    return {key: replace(meas, steal_share=share) for key, meas in rows.items()}
 
 
 #: The baseline's key among the rows of :meth:`MeasurementEngine._cycles` (never a row's key).

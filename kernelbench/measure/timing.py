@@ -6,10 +6,18 @@
   for page faults, as under a caching allocator (CUDA's, jemalloc, tcmalloc); otherwise a
   measured 64 MB int32 output adds 20-30 ms of the kernel's 80 on a 2-core VM, and by how
   much depends on where glibc's mmap threshold happens to be.
-* CUDA: device events around the call; before every call the L2 cache is flushed by writing a
-  buffer twice the device's L2 size (outside the timed region), and the SM clock is read after
-  each call so that throttled samples can be counted. This path has not run on a GPU yet
-  (see the backends' ``verified_on``).
+* Cold caches (``--cache cold``, the default): before every timed call, outside the timed
+  region, the caches are evicted, so the call reads its weights and activations from memory as
+  a model's layer does once per token. On the CPU a buffer of twice the last-level cache (read
+  from sysfs) is read by every thread (:class:`CacheEvictor`); on CUDA the L2 is flushed by
+  writing a buffer twice its size. ``--cache hot`` leaves the caches as the previous calls left
+  them (a small weight then stays cache-resident between calls).
+* What each timed call saw (:class:`CallUsage`): its page faults and context switches, from
+  ``getrusage`` around the call (outside the clock); the steal time of a cell's cycles comes
+  from ``/proc/stat`` (:func:`steal_ticks`).
+* CUDA: device events around the call, and the SM clock is read after each call so that
+  throttled samples can be counted. This path has not run on a GPU yet (see the backends'
+  ``verified_on``).
 
 When to stop, pairing and statistics live in :mod:`kernelbench.measure.engine` and
 :mod:`kernelbench.statistics`.
@@ -19,22 +27,62 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 Clock = Callable[[], float]  # seconds, monotonic
 
+#: What ``--cache`` may be: ``cold`` (caches evicted before every timed call) or ``hot``.
+CACHE_MODES = ("cold", "hot")
+
+
+@dataclass(frozen=True)
+class CallUsage:
+    """What the process did during one timed call besides computing (``getrusage`` deltas,
+    all threads): page faults and context switches. Informative: a sample twice as slow as its
+    neighbours with thousands of faults was paying for memory, not for arithmetic."""
+
+    minor_faults: int = 0
+    major_faults: int = 0
+    vol_switches: int = 0  # the process waited (I/O, a lock)
+    invol_switches: int = 0  # the process was preempted (another process wanted the CPU)
+
+
+#: The :class:`CallUsage` fields, in the order rows store them.
+USAGE_FIELDS = ("minor_faults", "major_faults", "vol_switches", "invol_switches")
+
+Usage = Callable[[], tuple[int, int, int, int]]
+
+
+def process_usage() -> tuple[int, int, int, int]:
+    """(minor faults, major faults, voluntary, involuntary context switches) so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_minflt, ru.ru_majflt, ru.ru_nvcsw, ru.ru_nivcsw
+
 
 class CallTimer:
-    """Times one call in milliseconds on the CPU with ``clock``."""
+    """Times one call in milliseconds on the CPU with ``clock``; ``before_call`` (a cache
+    eviction) runs before the clock starts; ``usage`` is read around the call, outside it."""
 
-    def __init__(self, clock: Clock = time.perf_counter) -> None:
+    def __init__(
+        self,
+        clock: Clock = time.perf_counter,
+        before_call: Callable[[], None] | None = None,
+        usage: Usage = process_usage,
+    ) -> None:
         self.clock = clock
+        self.before_call = before_call
+        self.usage = usage
         self.throttled = 0  # samples taken below 90% of the first SM clock reading (CUDA)
+        self.last_usage = CallUsage()
+        self.last_prepare_s = 0.0  # seconds ``before_call`` took before the last timed call
 
     def sync(self) -> None:
         """Wait for the device to finish queued work (nothing to wait for on the CPU)."""
@@ -42,11 +90,25 @@ class CallTimer:
     def __call__(self, fn: Callable[[], object]) -> float:
         return self.timed(fn)[1]
 
+    def _prepare(self) -> None:
+        if self.before_call is None:
+            self.last_prepare_s = 0.0
+            return
+        t0 = self.clock()
+        self.before_call()
+        self.sync()
+        self.last_prepare_s = self.clock() - t0
+
     def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
         """``fn()``'s result and its time in milliseconds, as :meth:`__call__` times it."""
+        self._prepare()
+        u0 = self.usage()
         t0 = self.clock()
         result = fn()
-        return result, (self.clock() - t0) * 1e3
+        ms = (self.clock() - t0) * 1e3
+        u1 = self.usage()
+        self.last_usage = CallUsage(*(b - a for a, b in zip(u0, u1, strict=True)))
+        return result, ms
 
     def seconds(self, fn: Callable[[], object]) -> tuple[object, float]:
         """``fn()``'s result and its wall time in seconds, the device synchronised."""
@@ -54,6 +116,54 @@ class CallTimer:
         result = fn()
         self.sync()
         return result, self.clock() - t0
+
+
+def cache_sizes(root: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """The CPU's cache sizes in bytes by level name (``L1d``, ``L2``, ``L3``), read from sysfs
+    (empty where it is not readable). Instruction caches are left out: data is what a GEMM
+    keeps resident."""
+    sizes: dict[str, int] = {}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = (index / "level").read_text().strip()
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        try:
+            size = int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+        except (ValueError, IndexError):
+            continue
+        sizes[f"L{level}{'d' if kind == 'Data' else ''}"] = size
+    return sizes
+
+
+#: The eviction buffer when sysfs names no cache (twice a 32 MB last-level cache).
+DEFAULT_EVICT_BYTES = 64 * 2**20
+
+
+def evict_bytes(sizes: dict[str, int] | None = None) -> int:
+    """Bytes to read to evict every cache level: twice the largest (the last level)."""
+    sizes = cache_sizes() if sizes is None else sizes
+    return 2 * max(sizes.values()) if sizes else DEFAULT_EVICT_BYTES
+
+
+class CacheEvictor:
+    """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache)
+    on all of torch's threads: afterwards the next call finds none of its own data in cache.
+    Reading (not writing) leaves no dirty lines for the timed call to write back. On a 2-core
+    VM with a 32 MB L3, one eviction takes a few milliseconds, outside the timed region."""
+
+    def __init__(self, nbytes: int | None = None) -> None:
+        self.bytes = int(nbytes or evict_bytes())
+        # float32 so that the reduction runs vectorised on every thread
+        self.buffer = torch.ones(self.bytes // 4, dtype=torch.float32)
+
+    def __call__(self) -> None:
+        self.sink = float(self.buffer.sum())
 
 
 class L2Flusher:
@@ -70,12 +180,12 @@ class L2Flusher:
 
 
 class CudaCallTimer(CallTimer):
-    """Device events around the call, L2 flushed before it, SM clock watched after it."""
+    """Device events around the call, L2 flushed before it (``cold``), SM clock watched after
+    it."""
 
-    def __init__(self, device: torch.device) -> None:
-        super().__init__()
+    def __init__(self, device: torch.device, cold: bool = True) -> None:
+        super().__init__(before_call=L2Flusher(device) if cold else None)
         self.device = device
-        self.flush = L2Flusher(device)
         self.stream = torch.cuda.current_stream(device)
         self.first_clock: float | None = None
 
@@ -83,13 +193,16 @@ class CudaCallTimer(CallTimer):
         torch.cuda.synchronize(self.device)
 
     def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
-        self.flush()
+        self._prepare()
+        u0 = self.usage()
         begin = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         begin.record(self.stream)
         result = fn()
         end.record(self.stream)
         end.synchronize()
+        u1 = self.usage()
+        self.last_usage = CallUsage(*(b - a for a, b in zip(u0, u1, strict=True)))
         self._watch_clock()
         return result, begin.elapsed_time(end)
 
@@ -103,10 +216,56 @@ class CudaCallTimer(CallTimer):
             self.throttled += 1
 
 
-def call_timer(device: torch.device | str, clock: Clock = time.perf_counter) -> CallTimer:
-    """The timer for ``device``: events on CUDA, ``clock`` elsewhere."""
+def call_timer(
+    device: torch.device | str, clock: Clock = time.perf_counter, cache: str = "cold"
+) -> CallTimer:
+    """The timer for ``device``: events on CUDA, ``clock`` elsewhere; with ``cache="cold"``
+    the caches are evicted before every timed call."""
+    if cache not in CACHE_MODES:
+        raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
     device = torch.device(device)
-    return CudaCallTimer(device) if device.type == "cuda" else CallTimer(clock)
+    cold = cache == "cold"
+    if device.type == "cuda":
+        return CudaCallTimer(device, cold)
+    return CallTimer(clock, before_call=shared_evictor() if cold else None)
+
+
+_EVICTORS: dict[int, CacheEvictor] = {}
+
+
+def shared_evictor(nbytes: int | None = None) -> CacheEvictor:
+    """One :class:`CacheEvictor` per size for the process: every cell's timer reads the same
+    buffer instead of allocating its own."""
+    size = int(nbytes or evict_bytes())
+    if size not in _EVICTORS:
+        _EVICTORS[size] = CacheEvictor(size)
+    return _EVICTORS[size]
+
+
+def steal_ticks(path: str | Path = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of all CPUs so far, from ``/proc/stat``'s ``cpu`` line (``None``
+    where it is not readable or has no steal column): the hypervisor's share of a span is the
+    difference of two readings."""
+    try:
+        with open(path, encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    try:
+        ticks = [int(v) for v in fields[1:]]
+    except ValueError:
+        return None
+    # guest time is already counted in user time
+    return ticks[7], sum(ticks[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time stolen between two :func:`steal_ticks` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 # --- CPU memory while timing ---------------------------------------------------------------------

@@ -21,7 +21,7 @@ import jinja2
 from kernelbench import __version__
 from kernelbench.report import data, plots, tables
 from kernelbench.results.schema import KEY_COLUMNS
-from kernelbench.results.view import slow_sixteen_bit_note
+from kernelbench.results.view import ci_target, precision_line, slow_sixteen_bit_note
 
 __all__ = ["write_report", "render_report"]
 
@@ -100,6 +100,22 @@ def _peak_lines(peaks: dict[str, dict]) -> list[str]:
     return lines
 
 
+def _cache_text(ok) -> str:
+    """How the rows found the caches: ``cold`` (evicted before every timed call) or ``hot``,
+    with the hot rows whose working set fits in a cache counted."""
+    if "cache" not in ok:
+        return ""
+    modes = sorted({str(c) for c in ok["cache"].dropna()})
+    text = "caches: " + "/".join(modes)
+    if "cold" in modes:
+        text += " (evicted before every timed call: weights read from memory)"
+    if "cache_resident" in ok and ok["cache_resident"].fillna(False).astype(bool).any():
+        text += (
+            f"; {int(ok['cache_resident'].fillna(False).astype(bool).sum())} rows cache-resident"
+        )
+    return text
+
+
 def _single(run: data.Run) -> dict:
     groups = []
     for device_class, ok in sorted(run.ok.groupby("device_class"), key=lambda kv: str(kv[0])):
@@ -126,6 +142,8 @@ def _single(run: data.Run) -> dict:
                 "errors": tables.error_grids(cell),
                 "suspects": tables.suspect_rows(ok),
                 "sixteen_bit_note": slow_sixteen_bit_note(ok),
+                "caches": _cache_text(ok),
+                "precision": precision_line(ok, ci_target(run.env)),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
                 "figures": [f for f in figures if f is not None],
             }

@@ -21,7 +21,12 @@ from kernelbench.core import (
     SkipKind,
 )
 from kernelbench.results.schema import third_party_label
-from kernelbench.results.view import slow_sixteen_bit_note
+from kernelbench.results.view import (
+    SLOW_FACTOR,
+    precision_line,
+    slow_calls,
+    slow_sixteen_bit_note,
+)
 
 Formatter = Callable[[pd.Series], str]
 
@@ -65,6 +70,8 @@ def time_text(row: pd.Series) -> str:
     share = _num(row.get("roofline_share"))
     if share is not None:
         text += f" {share:.0%}"
+    if row.get("cache_resident") is True:
+        text += " [cyan]c[/cyan]"
     return text
 
 
@@ -149,19 +156,24 @@ def _print_cell(cell: pd.DataFrame, head: str, console: Console) -> None:
     console.print(grid(cell, f"Relative Frobenius error vs float64 ({head})", error_text))
 
 
-def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
+def print_tables(
+    df: pd.DataFrame, console: Console | None = None, ci_target: float | None = None
+) -> None:
     """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
     beside it where the paper has one), time with sample count and share of the roofline, and
     relative error, at one token count (2048 when measured, else the largest); with several
     token counts, compact tables of ``llm_int8`` and ``int8_raw`` speedup by tokens x size per
-    backend. Then suspect rows, then skipped and failed rows."""
+    backend. Then suspect rows, wide rows (with what their slow calls saw), skipped and failed
+    rows, and the run's precision in one line (``ci_target``: the run's interval target)."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
     for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
         all_tokens = sorted(of_layer["tokens"].unique())
         main = PAPER_TOKENS if PAPER_TOKENS in all_tokens else all_tokens[-1]
-        head = escape(f"{dclass} · layer {layer} · {main} tokens")
+        modes = sorted({str(c) for c in of_layer.get("cache", pd.Series(dtype=str)).dropna()})
+        caches = f" · {'/'.join(modes)} caches" if modes else ""
+        head = escape(f"{dclass} · layer {layer} · {main} tokens{caches}")
         _print_cell(of_layer[of_layer["tokens"] == main], head, console)
         if len(all_tokens) < 2:
             continue
@@ -177,18 +189,50 @@ def print_tables(df: pd.DataFrame, console: Console | None = None) -> None:
     console.print(
         "[dim]fp16 = the device's 16-bit baseline (bf16 on CPU); ±: half the 95% interval of the "
         "median pair ratio; ! interval wider than the run's target; ? one pair only; S suspect "
-        "(see below); int8_raw error is against the exact integer product; layer block = the "
+        "(see below); c cache-resident (a hot row whose working set fits in a cache: bounded by "
+        "compute only); int8_raw error is against the exact integer product; layer block = the "
         "sum of one transformer block's linears.[/dim]"
     )
     _print_slow_sixteen_bit(df, console)
     _print_suspects(df, console)
+    _print_wide(df, console)
     _print_skipped(df, console)
+    line = precision_line(df, ci_target)
+    if line:
+        console.print(escape(line))
 
 
 def _print_slow_sixteen_bit(df: pd.DataFrame, console: Console) -> None:
     note = slow_sixteen_bit_note(df)
     if note:
         console.print(f"[yellow]{escape(note)}[/yellow]")
+
+
+def _print_wide(df: pd.DataFrame, console: Console) -> None:
+    """Rows whose interval is wider than the target, with what their slow calls saw."""
+    if "ci_wide" not in df or not df["ci_wide"].fillna(False).astype(bool).any():
+        return
+    wide = df[df["ci_wide"].fillna(False).astype(bool) & (df["layer"] != "block")]
+    if not len(wide):
+        return
+    table = Table(
+        title=f"Wide rows: their calls above {SLOW_FACTOR}x the median, and what those saw",
+        title_justify="left",
+    )
+    for col in ("backend", "method", "d_model", "tokens", "speedup", "slow", "faulted",
+                "preempted", "max faults", "steal"):  # fmt: skip
+        table.add_column(col)
+    for _, r in wide.iterrows():
+        seen = slow_calls(r)
+        steal = seen["steal_share"]
+        cells = (
+            r["backend"], r["method"], r["d_model"], r["tokens"], speedup_text(r),
+            f"{seen['slow']} of {seen['samples']}", seen["slow_faulted"], seen["slow_preempted"],
+            "-" if seen["max_faults"] is None else seen["max_faults"],
+            "-" if steal is None else f"{steal:.1%}",
+        )  # fmt: skip
+        table.add_row(*(str(v) if i == 4 else escape(str(v)) for i, v in enumerate(cells)))
+    console.print(table)
 
 
 def _print_suspects(df: pd.DataFrame, console: Console) -> None:

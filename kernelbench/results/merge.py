@@ -34,6 +34,7 @@ from kernelbench.core import BASELINE, work_flops
 from kernelbench.results.schema import (
     ENV_FILE,
     KEY_COLUMNS,
+    USAGE_FIELDS,
     ResultRow,
     ResultsWriter,
     SchemaError,
@@ -118,6 +119,13 @@ def _pool(rows: list[dict]) -> ResultRow:
     row.rounds = sum(int(r.get("rounds") or 1) for r in ok)
     row.round = min(int(r.get("round") or 0) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
+    for name in USAGE_FIELDS:  # kept only when every round has them, aligned with raw_ms
+        aligned = all(len(r.get(name) or []) == len(r["raw_ms"]) for r in ok)
+        setattr(row, name, [v for r in ok for v in r[name]] if aligned else [])
+    modes = {str(r.get("cache") or "") for r in ok}
+    row.cache = modes.pop() if len(modes) == 1 else "mixed"  # pooled hot and cold: said so
+    steals = [r["steal_share"] for r in ok if r.get("steal_share") is not None]
+    row.steal_share = max(steals) if steals else None
     stages = sorted({s for r in ok for s in (r.get("stages_ms") or {})})
     row.stages_ms = {
         s: statistics.median(r["stages_ms"][s] for r in ok if s in (r.get("stages_ms") or {}))

@@ -13,6 +13,11 @@
   bandwidth times its arithmetic intensity (its declared flops over bytes), whichever is lower.
   A row whose throughput, even at the slow end of its time's interval, is above that bound is
   ``suspect``. Peaks come from the run's ``env.json`` (``kernelbench peak`` measures them).
+  The bandwidth is the memory's: a ``cold`` row (caches evicted before each call) reads its
+  data from there. A ``hot`` row whose working set (its declared bytes) fits in a cache level
+  (``env.json``'s ``cache.levels``) reads it from that cache, whose bandwidth is not measured:
+  it is bounded by its compute peak only and labelled ``cache_resident``, never flagged for
+  beating the memory's bandwidth.
 * Width: a speedup whose 95% interval is wider than ``ci_target`` (half-width, relative) is
   ``ci_wide``: shown, but flagged, so nobody reads a noisy ratio as a finding.
 """
@@ -119,8 +124,28 @@ def check_ordering(
                     _flag(b, reason)
 
 
-def check_roofline(rows: Iterable[ResultRow], peak: dict[str, dict]) -> None:
-    """Set each ok row's roofline and share of it; flag rows above it beyond their interval."""
+def cache_levels(env: dict) -> dict[str, int]:
+    """The cache sizes (bytes by level) a run recorded in env.json (empty when none)."""
+    levels = (env.get("cache") or {}).get("levels") if isinstance(env.get("cache"), dict) else None
+    if not isinstance(levels, dict):
+        return {}
+    return {str(k): int(v) for k, v in levels.items() if isinstance(v, int) and v > 0}
+
+
+def resident_level(row: ResultRow, levels: dict[str, int]) -> str | None:
+    """The smallest cache level a ``hot`` row's working set fits in (``None``: memory, or a
+    cold row)."""
+    if row.cache != "hot" or not row.bytes or not levels:
+        return None
+    fitting = [(size, name) for name, size in levels.items() if row.bytes <= size]
+    return min(fitting)[1] if fitting else None
+
+
+def check_roofline(
+    rows: Iterable[ResultRow], peak: dict[str, dict], levels: dict[str, int] | None = None
+) -> None:
+    """Set each ok row's roofline and share of it; flag rows above it beyond their interval.
+    A hot row resident in one of the cache ``levels`` is bounded by compute only."""
     bandwidth = peak.get("bandwidth", {}).get("gbs")
     for row in rows:
         compute = peak.get(precision_class(row.method), {}).get("tops")
@@ -129,7 +154,8 @@ def check_roofline(rows: Iterable[ResultRow], peak: dict[str, dict]) -> None:
         if not row.flops:  # rows of older runs declare no work: it follows from the shape
             row.flops = work_flops(row.m, row.k, row.n)
             row.bytes = work_bytes(row.method, row.m, row.k, row.n)
-        bw = bandwidth * 1e9 if bandwidth else math.inf
+        row.cache_resident = resident_level(row, levels or {}) is not None
+        bw = bandwidth * 1e9 if bandwidth and not row.cache_resident else math.inf
         roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
         row.roofline_tops = roof / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
@@ -153,12 +179,16 @@ def check_width(rows: Iterable[ResultRow], ci_target: float) -> None:
 
 
 def annotate(
-    rows: list[ResultRow], peak: dict[str, dict], ci_target: float, outputs_reused: bool = False
+    rows: list[ResultRow],
+    peak: dict[str, dict],
+    ci_target: float,
+    outputs_reused: bool = False,
+    levels: dict[str, int] | None = None,
 ) -> list[ResultRow]:
     """All checks on pooled rows (in place); returns them."""
     for row in rows:
         row.suspect, row.suspect_reason, row.ci_wide = False, "", False
     check_width(rows, ci_target)
     check_ordering(rows, peak, outputs_reused)
-    check_roofline(rows, peak)
+    check_roofline(rows, peak, levels)
     return rows

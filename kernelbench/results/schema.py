@@ -21,7 +21,7 @@ import pandas as pd
 
 from kernelbench.core import BASELINE
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
 
@@ -67,6 +67,16 @@ class ResultRow:
     origin: str = "builtin"
     compile_s: float | None = None  # one-off compile time (torch.compile), never timed
     throttled_samples: int = 0
+    # caches at each timed call: "cold" (evicted before it: weights and activations read from
+    # memory, as a model's layer does once per token) or "hot" (as the previous calls left them)
+    cache: str = "cold"
+    # what each timed call saw besides computing, aligned with raw_ms (getrusage deltas over
+    # the process's threads): page faults and context switches
+    minor_faults: list[int] = field(default_factory=list)
+    major_faults: list[int] = field(default_factory=list)
+    vol_switches: list[int] = field(default_factory=list)
+    invol_switches: list[int] = field(default_factory=list)
+    steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
     # speed relative to the same run's baselines on the same inputs
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)
     # (when `paired`: its median in this row's pairs; otherwise the cell's baseline row)
@@ -89,6 +99,7 @@ class ResultRow:
     # written
     roofline_tops: float | None = None  # attainable throughput: compute peak or bandwidth bound
     roofline_share: float | None = None  # tops / roofline_tops
+    cache_resident: bool = False  # a hot row whose working set fits in a cache level
     ci_wide: bool = False  # the speedup's interval is wider than the run's ci_target
     suspect: bool = False  # breaks physics beyond its interval (ordering, above roofline)
     suspect_reason: str = ""
@@ -122,18 +133,25 @@ def _jsonable(obj: Any):
 
 
 #: Older schema versions this code reads, upgraded row by row by :func:`upgrade_row`.
-READABLE_OLD_VERSIONS = (1,)
+READABLE_OLD_VERSIONS = (1, 2)
+
+#: The fields aligned with ``raw_ms`` that say what each timed call saw.
+USAGE_FIELDS = ("minor_faults", "major_faults", "vol_switches", "invol_switches")
 
 
 def upgrade_row(row: dict) -> dict:
-    """A schema-1 row as a schema-2 row: the unpaired ``speedup_fp32`` is dropped (fp32 is shown
-    as absolute time only), the skip kind is read from the reason once, here, and the fields
-    schema 2 added are absent (``None``): an old run has no intervals."""
+    """An older row as a current one. Schema 1: the unpaired ``speedup_fp32`` is dropped (fp32
+    is shown as absolute time only), the skip kind is read from the reason once, here, and the
+    fields schema 2 added are absent (``None``): an old run has no intervals. Schemas 1 and 2:
+    ``cache`` is what those runs did: CPU calls found the caches as the previous calls left
+    them (``hot``), CUDA calls had the L2 flushed before each (``cold``); no per-call usage."""
     row = dict(row)
     row.pop("speedup_fp32", None)
     if row.get("status") == "skipped" and "skip_kind" not in row:
         over = str(row.get("reason", "")).startswith("over budget")
         row["skip_kind"] = "over_budget" if over else "unsupported"
+    if "cache" not in row:
+        row["cache"] = "cold" if row.get("device") == "cuda" else "hot"
     row["schema_version"] = SCHEMA_VERSION
     return row
 

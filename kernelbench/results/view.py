@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernelbench.results.merge import pool_rows
-from kernelbench.results.physics import annotate, peaks
+from kernelbench.results.physics import annotate, cache_levels, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
 from kernelbench.settings import default, recorded
 
@@ -32,7 +32,7 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
     for dclass in {r.device_class for r in pooled}:
         of_class = [r for r in pooled if r.device_class == dclass]
         reused = bool(env.get("cpu_memory_while_timing"))
-        annotate(of_class, peaks(env, dclass), ci_target(env), reused)
+        annotate(of_class, peaks(env, dclass), ci_target(env), reused, cache_levels(env))
     return pooled + block_rows(pooled)
 
 
@@ -119,3 +119,58 @@ def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
         "so speedups over 16-bit overstate int8's gain over the fastest float path (compare "
         "with the fp32 row)."
     )
+
+
+#: A sample this many times its row's median is a slow call, whose usage is worth a look.
+SLOW_FACTOR = 1.25
+
+
+def _halfwidths(df: pd.DataFrame) -> pd.Series:
+    """Relative half-widths of the paired rows' speedup intervals (baselines and blocks out)."""
+    need = {"speedup", "speedup_lo", "speedup_hi", "paired", "status", "layer"}
+    if not need <= set(df.columns):
+        return pd.Series(dtype=float)
+    rows = df[(df["status"] == "ok") & df["paired"].fillna(False).astype(bool)]
+    rows = rows[rows["layer"] != "block"]
+    rows = rows[rows["speedup_lo"].notna() & rows["speedup_hi"].notna()]
+    return (rows["speedup_hi"] - rows["speedup_lo"]) / 2 / rows["speedup"]
+
+
+def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
+    """One line: the paired rows whose speedup interval is within the run's target, of all
+    paired rows, and the median half-width (relative). Empty without paired rows."""
+    widths = _halfwidths(df)
+    paired = df[(df.get("status") == "ok") & df.get("paired", False)] if len(df) else df
+    paired = paired[paired["layer"] != "block"] if "layer" in paired else paired
+    if not len(paired):
+        return ""
+    within = int((~paired["ci_wide"].fillna(False).astype(bool)).sum())
+    target_text = f"±{target:.0%}" if target else "the run's target"
+    median = f"median half-width {widths.median():.1%}" if len(widths) else "no intervals"
+    return (
+        f"precision: {within} of {len(paired)} paired rows within {target_text} "
+        f"(95% interval), {median}"
+    )
+
+
+def slow_calls(row: pd.Series | dict) -> dict:
+    """What the row's slow calls (above :data:`SLOW_FACTOR` x its median) saw: how many there
+    are, how many of them faulted pages or were preempted, the most faults one call took, and
+    the steal share while its cell was timed."""
+    raw = list(row.get("raw_ms") or [])
+    minor = list(row.get("minor_faults") or [])
+    major = list(row.get("major_faults") or [])
+    invol = list(row.get("invol_switches") or [])
+    median = float(pd.Series(raw).median()) if raw else 0.0
+    slow = [i for i, ms in enumerate(raw) if median and ms > SLOW_FACTOR * median]
+    aligned = len(minor) == len(raw) and len(major) == len(raw)
+    faults = [minor[i] + major[i] for i in range(len(raw))] if aligned else []
+    steal = row.get("steal_share")
+    return {
+        "samples": len(raw),
+        "slow": len(slow),
+        "slow_faulted": sum(1 for i in slow if faults and faults[i] > 0),
+        "slow_preempted": sum(1 for i in slow if len(invol) == len(raw) and invol[i] > 0),
+        "max_faults": max(faults) if faults else None,
+        "steal_share": None if steal is None or steal != steal else float(steal),
+    }

@@ -34,7 +34,7 @@ from kernelbench.backends.plugins import origin_of
 from kernelbench.core import BASELINE, FP32, SkipKind, work_bytes, work_flops
 from kernelbench.measure.engine import MeasurementEngine, RowMeasurement, error_text
 from kernelbench.quant import Problem, outlier_columns
-from kernelbench.results.schema import ResultRow
+from kernelbench.results.schema import USAGE_FIELDS, ResultRow
 from kernelbench.run.cases import Case, layer_inputs, make_inputs
 from kernelbench.run.env import device_class
 from kernelbench.run.plan import (
@@ -142,6 +142,8 @@ def measure_cell(
     if prepared is not None and (kept is None or any(p not in kept.runners for p in todo)):
         prepared.release_layer(unless=layer_key)
         prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
+    # before the memory in use is read: a cold engine's eviction buffer is not the cell's
+    engine = MeasurementEngine(device, opts.timer, opts.stage_timer, cache=opts.cache)
     in_use = resident_bytes(device)
     layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
 
@@ -158,7 +160,6 @@ def measure_cell(
         kept = PreparedCell(inputs, layer().kept_rows)
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
-    engine = MeasurementEngine(device, opts.timer, opts.stage_timer)
     cell = _Cell(baseline_error=None)
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     ready: list[_Prepared] = []  # built, waiting for the cycles
@@ -168,7 +169,7 @@ def measure_cell(
     reserve = RESERVE_PER_WEIGHT_BYTE * k * n * dtype.itemsize + RESERVE_BYTES
     for backend_name, method in todo:
         row = base_row(item, case, backend_name, method, device, dclass)
-        row.seed, row.round = inputs.seed, item.round
+        row.seed, row.round, row.cache = inputs.seed, item.round, opts.cache
         row.planted_outlier_cols = inputs.planted_outliers
         row.flops, row.bytes = flops, work_bytes(method, m, k, n)
         rows.append(row)
@@ -509,6 +510,7 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
     )
     row.rel_spread, row.samples, row.raw_ms = st.rel_spread, st.samples, list(meas.row_ms)
     row.throttled_samples = meas.throttled
+    _fill_usage(row, meas)
     row.tops = row.flops / (row.median_ms / 1e3) / 1e12
     if meas.paired:
         ratios = meas.ratios
@@ -522,6 +524,14 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
             row.speedup_lo, row.speedup_hi = interval
     elif is_baseline:
         row.baseline_ms, row.speedup = row.median_ms, 1.0
+
+
+def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
+    """Per sample, the faults and context switches its call took; the cell's steal share."""
+    if len(meas.usage) == len(meas.row_ms):
+        for name in USAGE_FIELDS:
+            setattr(row, name, meas.usage_of(name))
+    row.steal_share = meas.steal_share
 
 
 def _stamp(row: ResultRow) -> ResultRow:

@@ -55,6 +55,10 @@ class RunOptions:
     #: a later round does not quantize the weights again; ``None``: a share of physical memory
     #: (:func:`kernelbench.run.prepared.default_limit_bytes`), 0: keep nothing.
     keep_prepared_bytes: int | None = None
+    #: ``cold``: every timed call finds its weights and activations out of cache (evicted
+    #: before it, as a model's layer streams its weights once per token); ``hot``: as the
+    #: previous calls left the caches.
+    cache: str = "cold"
 
 
 @dataclass(frozen=True)

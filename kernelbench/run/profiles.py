@@ -30,6 +30,7 @@ class Profile:
     ci_target: float = default("ci_target")
     extra_rounds: int = default("extra_rounds")
     threads: int | None = default("threads")
+    min_pairs: int = default("min_pairs")
 
 
 PROFILES: dict[str, Profile] = {

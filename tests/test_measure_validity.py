@@ -1,0 +1,175 @@
+"""Cold caches, what each sample saw, pre-faulting and the per-row floor of pairs: the engine's
+side of measurement validity, on a fake machine (injected clock, usage and eviction)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelbench.measure.engine import MeasurementEngine, TimerSettings
+from kernelbench.measure.timing import (
+    CallTimer,
+    cache_sizes,
+    call_timer,
+    evict_bytes,
+    steal_share,
+    steal_ticks,
+)
+
+
+class Machine:
+    """A clock advanced by calls; a usage counter that faults ``faults`` pages per call."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.log: list[str] = []
+        self.counters = [0, 0, 0, 0]
+        self.faults_next: list[int] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def usage(self) -> tuple[int, int, int, int]:
+        return tuple(self.counters)
+
+    def call(self, name: str, ms: float):
+        def run():
+            self.log.append(name)
+            self.now += ms / 1e3
+            if self.faults_next:
+                self.counters[0] += self.faults_next.pop(0)
+
+        return run
+
+    def evict(self) -> None:
+        self.log.append("evict")
+        self.now += 0.005  # 5 ms, outside the timed region
+
+
+def _engine(m: Machine, evict: bool, reuse: bool = False, **settings) -> MeasurementEngine:
+    timer = TimerSettings(**settings)
+    return MeasurementEngine(
+        "cpu",
+        timer,
+        timer,
+        clock=m.clock,
+        timer=CallTimer(m.clock, before_call=m.evict if evict else None, usage=m.usage),
+        reuse_memory=reuse,
+    )
+
+
+def test_cold_cache_evicts_before_every_timed_call_outside_the_clock():
+    m = Machine()
+    e = _engine(m, evict=True, warmup_s=0.0, max_samples=4, target_rel_spread=-1.0, ci_target=-1.0)
+    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    timed = [name for name in m.log if name != "evict"]
+    # every timed call (4 of the row, 5 of the baseline) comes right after an eviction
+    assert len(timed) == 9
+    assert m.log == [x for name in timed for x in ("evict", name)]
+    assert cell.rows["a"].row_ms == pytest.approx((2.0,) * 4)  # the 5 ms eviction is not timed
+    # the eviction is a gap the pairing leaves out: the baseline read between equal calls
+    assert cell.rows["a"].baseline_ms == pytest.approx((4.0,) * 4)
+
+
+def test_hot_cache_evicts_nothing():
+    m = Machine()
+    e = _engine(m, evict=False, warmup_s=0.0, max_samples=3, target_rel_spread=-1.0, ci_target=-1.0)
+    e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    assert "evict" not in m.log
+
+
+def test_each_sample_keeps_the_faults_its_call_took():
+    m = Machine()
+    e = _engine(m, evict=False, warmup_s=0.0, max_samples=3, target_rel_spread=-1.0, ci_target=-1.0)
+    m.faults_next = [0, 900, 0, 0, 0, 0, 0]  # baseline, a, baseline, a, ...: a's first faults
+    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    assert cell.rows["a"].usage_of("minor_faults") == [900, 0, 0]
+    assert cell.baseline.usage_of("minor_faults") == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="no usage field"):
+        cell.rows["a"].usage_of("bogus")
+
+
+def test_reused_memory_prefaults_with_one_untimed_call_even_when_warm():
+    """A row whose warm-up is already counted (a runner kept from an earlier round) still makes
+    one untimed call when the block is entered: that call, not the first sample, faults."""
+    m = Machine()
+    e = _engine(
+        m,
+        evict=False,
+        reuse=True,
+        warmup_s=0.1,
+        max_samples=2,
+        target_rel_spread=-1.0,
+        ci_target=-1.0,
+    )
+    m.faults_next = [500, 700]  # the first call of each after entering faults
+    cell = e.measure_cell(
+        {"a": m.call("a", 2.0)},
+        baseline=m.call("base", 4.0),
+        warmed_s={"a": 1.0},
+        baseline_warmed_s=1.0,
+    )
+    assert m.log[:2] == ["a", "base"]  # untimed, before the cycles
+    assert cell.rows["a"].usage_of("minor_faults") == [0, 0]
+    assert cell.baseline.usage_of("minor_faults") == [0, 0, 0]
+
+
+def test_min_pairs_keeps_sampling_past_the_budget():
+    m = Machine()
+    common = dict(warmup_s=0.0, budget_s=0.001, target_rel_spread=-1.0, ci_target=-1.0)
+    one = _engine(m, evict=False, min_pairs=1, **common).measure_cell(
+        {"a": m.call("a", 50.0)}, baseline=m.call("base", 50.0)
+    )
+    assert len(one.rows["a"].row_ms) == 1  # the budget alone stops a long row at one pair
+    three = _engine(m, evict=False, min_pairs=3, **common).measure_cell(
+        {"a": m.call("a", 50.0)}, baseline=m.call("base", 50.0)
+    )
+    assert len(three.rows["a"].row_ms) == 3
+
+
+def test_cache_sizes_read_from_sysfs(tmp_path):
+    for i, (kind, level, size) in enumerate(
+        [
+            ("Data", 1, "48K"),
+            ("Instruction", 1, "32K"),
+            ("Unified", 2, "1024K"),
+            ("Unified", 3, "32768K"),
+        ]
+    ):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "type").write_text(kind + "\n")
+        (d / "level").write_text(f"{level}\n")
+        (d / "size").write_text(size + "\n")
+    sizes = cache_sizes(tmp_path)
+    assert sizes == {"L1d": 48 * 1024, "L2": 2**20, "L3": 32 * 2**20}
+    assert evict_bytes(sizes) == 64 * 2**20
+    assert cache_sizes(tmp_path / "missing") == {}
+    assert evict_bytes({}) > 0  # no sysfs: a fixed buffer, still evicting
+
+
+def test_steal_share_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 1 2 3\n")
+    before = steal_ticks(stat)
+    assert before == (40, 1000)
+    stat.write_text("cpu  150 0 50 850 10 0 0 90 0 0\n")
+    assert steal_share(before, steal_ticks(stat)) == pytest.approx(50 / 150)
+    assert steal_ticks(tmp_path / "none") is None
+    stat.write_text("cpu 1 2 3\n")  # no steal column
+    assert steal_ticks(stat) is None
+    assert steal_share(None, (1, 2)) is None
+
+
+def test_call_timer_refuses_an_unknown_cache_mode():
+    with pytest.raises(ValueError, match="cache must be one of cold, hot"):
+        call_timer("cpu", cache="warm")
+    assert call_timer("cpu", cache="hot").before_call is None
+    assert call_timer("cpu", cache="cold").before_call is not None
+
+
+def test_the_engine_evicts_only_when_asked_on_the_cpu():
+    """Peaks (measured with the engine's defaults) keep the CPU's caches warm; a run asks."""
+    settings = TimerSettings()
+    assert MeasurementEngine("cpu", settings, settings).timer.before_call is None
+    cold = MeasurementEngine("cpu", settings, settings, cache="cold")
+    assert cold.timer.before_call is not None

@@ -1,0 +1,131 @@
+"""The reader's side of measurement validity: cache modes in rows and rooflines, per-sample
+usage through pooling, the precision line and what wide rows' slow calls saw (torch-free)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+from conftest import make_row
+
+from kernelbench.core import work_bytes, work_flops
+from kernelbench.results.merge import pool_rows
+from kernelbench.results.physics import annotate, cache_levels, peaks, resident_level
+from kernelbench.results.schema import SCHEMA_VERSION, upgrade_row
+from kernelbench.results.view import precision_line, slow_calls
+
+K, N = 768, 3072
+PEAK = {
+    "int8": {"tops": 1.0, "source": "measured"},
+    "bandwidth": {"gbs": 40.0, "source": "measured"},
+}
+LEVELS = {"L1d": 48 * 2**10, "L2": 2**20, "L3": 32 * 2**20}
+
+
+def decode_row(cache: str, ms: float):
+    """An int8_raw row at one token, timed at ``ms`` per call."""
+    flops, nbytes = work_flops(1, K, N), work_bytes("int8_raw", 1, K, N)
+    row = make_row(
+        "int8_raw", tokens=1, m=1, k=K, n=N, cache=cache, flops=flops, bytes=nbytes,
+        raw_ms=[ms] * 5, median_ms=ms, samples=5, device_class="cpu-test",
+    )  # fmt: skip
+    row.tops = flops / (ms / 1e3) / 1e12
+    return row
+
+
+def test_a_hot_cache_resident_row_is_labelled_not_suspect_and_a_cold_one_is_bounded_by_dram():
+    # 2.4 MB of int8 weight at 23 us: 100 GB/s, beyond the 40 GB/s of memory
+    fast_ms = work_bytes("int8_raw", 1, K, N) / 100e9 * 1e3
+    hot, cold = decode_row("hot", fast_ms), decode_row("cold", fast_ms)
+    annotate([hot, cold], peaks({"peak": PEAK}, "cpu-test"), 0.05, levels=LEVELS)
+    assert hot.cache_resident and not hot.suspect
+    assert resident_level(hot, LEVELS) == "L3"
+    assert hot.roofline_tops == pytest.approx(1.0)  # compute only: cache bandwidth unmeasured
+    # the same time from a cold row beats the memory's bandwidth: physics says no
+    assert not cold.cache_resident and cold.suspect
+    assert "above roofline" in cold.suspect_reason
+    # a hot row too large for any cache streams from memory: bounded by DRAM as before
+    big = decode_row("hot", fast_ms)
+    annotate([big], peaks({"peak": PEAK}, "cpu-test"), 0.05, levels={"L3": 2**20})
+    assert not big.cache_resident and big.suspect
+    # without recorded cache sizes (older runs) nothing is labelled
+    old = decode_row("hot", fast_ms)
+    annotate([old], peaks({"peak": PEAK}, "cpu-test"), 0.05)
+    assert not old.cache_resident and old.suspect
+
+
+def test_cache_levels_from_env():
+    assert cache_levels({"cache": {"mode": "cold", "levels": LEVELS}}) == LEVELS
+    assert cache_levels({}) == {} and cache_levels({"cache": "cold"}) == {}
+    assert cache_levels({"cache": {"levels": {"L3": "big", "L2": 0}}}) == {}
+
+
+def test_older_rows_read_as_the_cache_they_had():
+    cpu = dataclasses.asdict(make_row("int8_raw", device="cpu"))
+    cuda = dataclasses.asdict(make_row("int8_raw", device="cuda"))
+    for r in (cpu, cuda):
+        del r["cache"]
+        r["schema_version"] = 2
+    assert upgrade_row(cpu)["cache"] == "hot" and upgrade_row(cuda)["cache"] == "cold"
+    assert upgrade_row(cpu)["schema_version"] == SCHEMA_VERSION
+
+
+def _round(round_: int, raw, faults, cache="cold", steal=0.01) -> dict:
+    row = make_row(
+        "int8_raw", round=round_, raw_ms=raw, samples=len(raw), median_ms=sorted(raw)[1],
+        minor_faults=faults, major_faults=[0] * len(raw), vol_switches=[0] * len(raw),
+        invol_switches=[1] + [0] * (len(raw) - 1), cache=cache, steal_share=steal,
+    )  # fmt: skip
+    return dataclasses.asdict(row)
+
+
+def test_pooling_keeps_usage_aligned_with_the_samples_and_names_mixed_caches():
+    (pooled,) = pool_rows([_round(0, [1.0, 1.1, 2.0], [0, 0, 900]), _round(1, [1.0] * 3, [0] * 3)])
+    assert pooled.raw_ms == [1.0, 1.1, 2.0, 1.0, 1.0, 1.0]
+    assert pooled.minor_faults == [0, 0, 900, 0, 0, 0]
+    assert pooled.cache == "cold" and pooled.steal_share == pytest.approx(0.01)
+    no_usage = _round(1, [1.0] * 3, [0] * 3)
+    no_usage["minor_faults"] = []  # an older round without usage: none is kept (not misaligned)
+    (pooled,) = pool_rows([_round(0, [1.0, 1.1, 2.0], [0, 0, 900]), no_usage])
+    assert pooled.minor_faults == []
+    (mixed,) = pool_rows([_round(0, [1.0] * 3, [0] * 3), _round(1, [1.0] * 3, [0] * 3, "hot")])
+    assert mixed.cache == "mixed"
+
+
+def test_slow_calls_say_what_the_slow_samples_saw():
+    seen = slow_calls(_round(0, [1.0, 1.0, 1.0, 2.0, 3.0], [0, 0, 0, 36000, 0]))
+    assert seen["samples"] == 5 and seen["slow"] == 2
+    assert seen["slow_faulted"] == 1 and seen["max_faults"] == 36000
+    assert seen["slow_preempted"] == 0  # the preempted call (the first) was not slow
+    assert seen["steal_share"] == pytest.approx(0.01)
+    assert slow_calls({"raw_ms": []})["slow"] == 0
+
+
+def test_precision_line_counts_rows_within_the_target_and_the_median_width():
+    df = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "ok", "skipped"],
+            "paired": [True, True, True, False, False],
+            "layer": ["ffn1", "ffn1", "block", "ffn1", "ffn1"],
+            "speedup": [2.0, 1.0, 1.5, 1.0, None],
+            "speedup_lo": [1.96, 0.8, 1.4, None, None],
+            "speedup_hi": [2.04, 1.2, 1.6, None, None],
+            "ci_wide": [False, True, False, False, False],
+        }
+    )
+    line = precision_line(df, 0.05)
+    assert line == (
+        "precision: 1 of 2 paired rows within ±5% (95% interval), median half-width 11.0%"
+    )
+    assert precision_line(df[df["status"] == "skipped"], 0.05) == ""
+
+
+def test_the_report_says_how_the_rows_found_the_caches():
+    from kernelbench.report import _cache_text
+
+    ok = pd.DataFrame({"cache": ["cold", "cold"], "cache_resident": [False, False]})
+    assert _cache_text(ok).startswith("caches: cold (evicted before every timed call")
+    hot = pd.DataFrame({"cache": ["hot", "hot"], "cache_resident": [True, False]})
+    assert _cache_text(hot) == "caches: hot; 1 rows cache-resident"
+    assert _cache_text(pd.DataFrame({"x": [1]})) == ""
