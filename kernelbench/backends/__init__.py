@@ -89,7 +89,8 @@ def add_backend_files(paths: list[Path]) -> None:
 
 
 def backend_status(device: torch.device | str) -> dict[str, dict[str, object]]:
-    """Per backend on ``device``: available, the reason when not, and its verification status;
+    """Per backend on ``device``: available, the reason when not, what checking printed
+    (``detail``: a peer's import-time lines) and its verification status;
     what a run records in ``env.json`` so that readers show it without importing a backend."""
     device = torch.device(device)
     out: dict[str, dict[str, object]] = {}
@@ -98,6 +99,7 @@ def backend_status(device: torch.device | str) -> dict[str, dict[str, object]]:
         out[name] = {
             "available": bool(avail),
             "reason": avail.reason,
+            "detail": avail.detail,
             "verification": backend.verification(device),
         }
     return out

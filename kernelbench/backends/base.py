@@ -113,6 +113,9 @@ class Availability:
 
     ok: bool
     reason: str = ""
+    #: What checking printed, warned or logged (a peer's import-time lines): kept for
+    #: ``kernelbench list -v`` and ``env.json``, never printed on the terminal.
+    detail: str = ""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -216,6 +219,9 @@ class Backend:
     verified: ClassVar[dict[str, str]] = {}
     #: What its results are held to against the float64 oracle.
     numerics: ClassVar[Numerics] = Numerics()
+    #: The distribution whose code this backend measures (a peer such as ``"bitsandbytes"``);
+    #: ``""`` for kernelbench's own code. ``kernelbench list`` shows that distribution's version.
+    library: ClassVar[str] = ""
 
     def verification(self, device: torch.device | str) -> str:
         """``"verified: <evidence>"`` for ``device``'s type, or ``"unverified"``."""

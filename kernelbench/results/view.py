@@ -9,6 +9,7 @@ read one row per key: :func:`pooled_view` pools the rounds
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +20,33 @@ from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_ro
 
 #: The interval target of runs whose env.json does not record one.
 DEFAULT_CI_TARGET = 0.05
+
+_EXCEPTION = re.compile(r"\b\w*(Error|Exception)\b")
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
+
+
+def short_reason(reason: str) -> str:
+    """``reason`` for a terminal line: parenthesised exception texts and paths dropped, other
+    paths cut to their file name, repeated clauses once (the full text stays in ``env.json``
+    and ``kernelbench list -v``)."""
+    kept, depth, group = [], 0, []
+    for ch in reason:
+        if ch == "(":
+            depth += 1
+        if depth:
+            group.append(ch)
+        else:
+            kept.append(ch)
+        if ch == ")" and depth:
+            depth -= 1
+            if not depth:
+                text = "".join(group)
+                if not (_EXCEPTION.search(text) or "/" in text):
+                    kept.append(text)
+                group = []
+    out = _PATH.sub(r"\1", "".join(kept) + "".join(group))
+    out = re.sub(r"\s+", " ", out).replace(" ;", ";").replace(" ,", ",").strip()
+    return "; ".join(dict.fromkeys(c.strip() for c in out.split(";") if c.strip()))
 
 
 def ci_target(env: dict) -> float:
