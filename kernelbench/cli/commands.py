@@ -384,6 +384,13 @@ def compare(
         result = compare_runs(base, new, speed_tol, error_tol, backend or None)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if result.problem:
+        # unusable input is an error like any other: one line on stderr; the machine-readable
+        # formats still write their document (with the problem in it) to stdout
+        typer.echo(f"error: unusable input: {' '.join(result.problem.split())}", err=True)
+        if fmt != "text":
+            typer.echo(render(result, fmt), nl=False)
+        raise typer.Exit(result.exit_code)
     typer.echo(render(result, fmt), nl=False)
     raise typer.Exit(result.exit_code)
 
