@@ -398,3 +398,30 @@ def test_backends_and_their_verification_from_env(tmp_path):
     html = write_report([run], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "verified: reports/x" in html and "unverified" in html
     assert EVIL not in html  # the reason is escaped
+
+
+def test_log_axes_have_numeric_tick_labels(tmp_path, monkeypatch):
+    """Every tick label of every plot is plain text (no raw mathtext such as
+    ``$\\mathdefault{10^{-1}}$``); the log axes' labels read as numbers."""
+    from kernelbench.report import plots
+
+    figures = []
+    encode = plots._encode
+
+    def keep(fig):
+        figures.append(fig)
+        return encode(fig)
+
+    monkeypatch.setattr(plots, "_encode", keep)
+    write_report([write_run(tmp_path / "run")])
+    log_labels = []
+    for fig in figures:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+                labels = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+                assert not any("$" in t or "mathdefault" in t for t in labels), labels
+                if scale == "log":
+                    log_labels += labels
+                    assert all(float(t) > 0 for t in labels), labels
+    assert len(log_labels) >= 10  # error, memory, tokens and d_model axes are log-scaled
