@@ -68,6 +68,24 @@ class SkipKind(str, Enum):
     NOT_RUN = "not_run"
 
 
+_NOT_IMPLEMENTED = "does not implement"
+
+
+def not_implemented_reason(backend: str, method: str) -> str:
+    """The skip reason of a (backend, method) pair that does not apply: the backend has no
+    such method (nothing is missing; readers leave these rows out of skip lists)."""
+    return f"backend {backend!r} {_NOT_IMPLEMENTED} {method!r}"
+
+
+def is_not_applicable(reason: object) -> bool:
+    """Whether a skip ``reason`` is :func:`not_implemented_reason`'s."""
+    return (
+        isinstance(reason, str)
+        and reason.startswith("backend ")
+        and (f" {_NOT_IMPLEMENTED} " in reason)
+    )
+
+
 def precision_class(method: str) -> str:
     """Which compute peak bounds ``method``: ``fp32``, ``16bit`` or ``int8``."""
     return {"fp16": "16bit", "fp32": "fp32"}.get(method, "int8")

@@ -31,7 +31,7 @@ import torch
 
 from kernelbench import quant
 from kernelbench.checks import check_activation, check_weight
-from kernelbench.core import INT8_STAGE_METHODS, METHODS
+from kernelbench.core import INT8_STAGE_METHODS, METHODS, not_implemented_reason
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation, method_config
 
 __all__ = [
@@ -244,7 +244,7 @@ class Backend:
         if not avail:
             return avail
         if method not in self.methods:
-            return Availability.no(f"backend {self.name!r} does not implement {method!r}")
+            return Availability.no(not_implemented_reason(self.name, method))
         return Availability.yes()
 
     # --- stages ----------------------------------------------------------------------------

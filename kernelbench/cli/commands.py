@@ -339,8 +339,13 @@ def run(
 
 
 @app.command()
-def show(run_dir: Path) -> None:
-    """Print the tables of a saved run again."""
+def show(
+    run_dir: Path,
+    skipped: bool = typer.Option(
+        False, "--skipped", help="List rows not measured as a full table, not one line a reason"
+    ),
+) -> None:
+    """Print the headline and tables of a saved run again."""
     from kernelbench.report.console import print_tables
     from kernelbench.results.schema import SchemaError
     from kernelbench.results.view import load_view
@@ -350,7 +355,7 @@ def show(run_dir: Path) -> None:
             df = load_view(run_dir)
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console)
+    print_tables(df, console, skipped_table=skipped)
 
 
 @app.command()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernelbench.core import BASELINE, PAPER_TOKENS
 from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import annotate, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
@@ -65,8 +66,11 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
 
 
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
-    """:func:`pooled_rows` as a DataFrame."""
-    return pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
+    """:func:`pooled_rows` as a DataFrame; ``attrs["ci_target"]`` is the run's interval
+    target."""
+    df = pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
+    df.attrs["ci_target"] = ci_target(env)
+    return df
 
 
 def load_view(run_dir: str | Path) -> pd.DataFrame:
@@ -147,3 +151,66 @@ def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
         "so speedups over 16-bit overstate int8's gain over the fastest float path (compare "
         "with the fp32 row)."
     )
+
+
+def headline_cell(df: pd.DataFrame) -> tuple[str, str, int] | None:
+    """(device class, layer, tokens) of the cell a run is read by first: the first device
+    class and layer (a block's sum when measured), at 2048 tokens (the paper's) when measured,
+    else the most tokens; ``None`` without a measured row."""
+    ok = df[df["status"] == "ok"] if len(df) else df
+    if ok.empty:
+        return None
+    dclass = sorted(ok["device_class"].unique())[0]
+    ok = ok[ok["device_class"] == dclass]
+    layers = sorted(ok["layer"].unique())
+    layer = "block" if "block" in layers else layers[0]
+    tokens = sorted(ok[ok["layer"] == layer]["tokens"].unique())
+    return dclass, layer, PAPER_TOKENS if PAPER_TOKENS in tokens else int(tokens[-1])
+
+
+def _speedup_with_interval(row) -> str:
+    lo, hi = row.get("speedup_lo"), row.get("speedup_hi")
+    text = f"{row['speedup']:.2f}x"
+    if lo is not None and hi is not None and not (pd.isna(lo) or pd.isna(hi)):
+        text += f" [{lo:.2f}, {hi:.2f}]"
+    return text
+
+
+def headline(df: pd.DataFrame) -> list[str]:
+    """The run in two lines: the fastest backend/method over the 16-bit baseline at the
+    smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
+    interval), then the run's precision (how many speedups meet the interval target)."""
+    cell = headline_cell(df)
+    if cell is None:
+        return ["No row was measured."]
+    dclass, layer, tokens = cell
+    ok = df[(df["status"] == "ok") & (df["device_class"] == dclass)]
+    ok = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["speedup"])
+    ok = ok[[(b, m) != BASELINE for b, m in zip(ok["backend"], ok["method"], strict=True)]]
+    if ok.empty:
+        return [f"{dclass} · layer {layer} · {tokens} tokens: no speedup over 16-bit measured."]
+    dims = sorted(ok["d_model"].unique())
+    ends = []
+    for d in dict.fromkeys((dims[0], dims[-1])):
+        at = ok[ok["d_model"] == d]
+        best = at.loc[at["speedup"].idxmax()]
+        ends.append(f"d={d}: {best['backend']} {best['method']} {_speedup_with_interval(best)}")
+    first = (
+        f"Fastest over 16-bit ({dclass} · layer {layer} · {tokens} tokens): "
+        + "; ".join(ends)
+        + "."
+    )
+    target = df.attrs.get("ci_target", DEFAULT_CI_TARGET)
+    timed = df[(df["status"] == "ok") & (df["layer"] != "block")].dropna(subset=["speedup"])
+    timed = timed[
+        [(b, m) != BASELINE for b, m in zip(timed["backend"], timed["method"], strict=True)]
+    ]
+    wide = timed["ci_wide"].fillna(False).astype(bool) if "ci_wide" in timed else None
+    within = len(timed) - (int(wide.sum()) if wide is not None else 0)
+    second = (
+        f"Precision: {within} of {len(timed)} speedups have a 95% interval within "
+        f"±{target:.0%} (the run's target)"
+    )
+    if within < len(timed):
+        second += "; the others are marked ! (read them as rough)"
+    return [first, second + "."]
