@@ -75,7 +75,7 @@ def test_headline_comes_first_and_skips_are_one_line_per_reason(run_dir):
     ]
     assert "site-packages" not in text and "ImportError" not in text
     assert "does not implement" not in text
-    assert "2 rows are (backend, method) pairs that do not apply" in text
+    assert "2 rows of (backend, method) pairs that do not apply" in text
 
 
 def test_legend_explains_only_what_is_shown(run_dir):

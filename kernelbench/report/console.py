@@ -231,6 +231,10 @@ def _print_suspects(df: pd.DataFrame, console: Console) -> None:
     console.print(table)
 
 
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
 def _not_applicable(df: pd.DataFrame) -> pd.Series:
     return (df["status"] == "skipped") & df["reason"].map(is_not_applicable).astype(bool)
 
@@ -246,7 +250,7 @@ def _print_skipped_summary(df: pd.DataFrame, console: Console) -> None:
     )
     if len(listed):
         console.print(
-            f"[bold]Not measured: {len(listed)} rows[/bold] (kernelbench show --skipped RUN: "
+            f"[bold]Not measured: {_rows(len(listed))}[/bold] (kernelbench show --skipped RUN: "
             "the table; kernelbench list -v: full reasons)",
             soft_wrap=True,
         )
@@ -259,8 +263,8 @@ def _print_skipped_summary(df: pd.DataFrame, console: Console) -> None:
         console.print(f"[{colour}]{escape(line + reason)}[/{colour}]", soft_wrap=True)
     if na.any():
         console.print(
-            f"[dim]{int(na.sum())} rows are (backend, method) pairs that do not apply (the backend "
-            "has no such method): not listed.[/dim]",
+            f"[dim]{_rows(int(na.sum()))} of (backend, method) pairs that do not apply (the "
+            "backend has no such method): not listed.[/dim]",
             soft_wrap=True,
         )
 
