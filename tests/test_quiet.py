@@ -120,3 +120,48 @@ def test_list_prints_nothing_on_stderr():
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "custom" in proc.stdout
+
+
+def test_a_peer_is_imported_only_when_its_backend_is_asked_about():
+    code = (
+        "import sys\n"
+        "from kernelbench.backends import backend_status\n"
+        "status = backend_status('cpu', names=['torch', 'custom'])\n"
+        "assert set(status) == {'torch', 'custom'}, status\n"
+        "assert 'bitsandbytes' not in sys.modules and 'torchao' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert proc.stderr == ""
+
+
+def test_readers_print_nothing_on_stderr_and_import_no_peer(tmp_path, row_factory):
+    """``show`` and ``report`` read a run without importing torch's peers (or torch)."""
+    from kernelbench.results.schema import ResultsWriter
+
+    writer = ResultsWriter(tmp_path)
+    writer.append(row_factory("fp16", "torch"))
+    writer.append(row_factory("llm_int8", "custom", median_ms=0.5))
+    code = (
+        "import sys\n"
+        "from kernelbench.cli import app\n"
+        "for args in (['show', sys.argv[1]], ['report', sys.argv[1]]):\n"
+        "    try:\n"
+        "        app(args)\n"
+        "    except SystemExit as exc:\n"
+        "        assert not exc.code, exc.code\n"
+        "assert not {'torch', 'bitsandbytes', 'torchao'} & set(sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "Fastest over 16-bit" in proc.stdout

@@ -152,7 +152,7 @@ def _prepare(req: RunRequest) -> _Prepared:
     from kernelbench.kernels import cpu_ext
 
     env = envmod.collect(dev, sys.argv[1:], kernel_isa=cpu_ext.isa())
-    env["backends"] = backend_status(dev)
+    env["backends"] = backend_status(dev, names=dict.fromkeys(b for b, _ in pairs))
     return _Prepared(the_case, opts, items, pairs, runner, dev, env)
 
 
