@@ -177,9 +177,9 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
 
     caption = (
         f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
-        f"layer {layer}, {tokens} tokens; grey: 95% interval, samples n, and the paper's "
-        "App. D.1 figure where the paper has this cell; ! interval wider than the run's "
-        "target; S suspect (see below)"
+        f"layer {layer}, {tokens} tokens; under each number: its 95% interval, samples n, and "
+        "'paper x', the paper's App. D.1 figure, where the paper has this cell; "
+        "! interval wider than the run's target; S suspect (see below)"
     )
     return _backend_grids(ok, "speedup", caption, cells)
 
@@ -210,7 +210,7 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
         )
 
     caption = (
-        "achieved 1e12 ops/s (declared work / median time); grey: share of the row's "
+        "achieved 1e12 ops/s (declared work / median time); under each number: share of the row's "
         "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
         "intensity when lower)"
     )
