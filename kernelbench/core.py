@@ -21,13 +21,15 @@ METHODS: tuple[str, ...] = (
     "llm_int8",
 )
 
-#: The paper's wording of each method (App. D.1 Table 5).
+#: Each method as the paper's App. D.1 Table 5 names it, true on any device (the paper's
+#: "Absmax PyTorch + NVIDIA" rows are quantization written in PyTorch ops, run here on
+#: whatever device the run used).
 METHOD_LABELS: dict[str, str] = {
     "fp32": "32-bit (not in the paper's table)",
     "fp16": "16-bit baseline",
     "int8_raw": "Int8 matmul, no quantization overhead",
-    "absmax_torch": "Absmax PyTorch + NVIDIA",
-    "vectorwise_torch": "Vector-wise PyTorch + NVIDIA",
+    "absmax_torch": "Absmax, PyTorch ops",
+    "vectorwise_torch": "Vector-wise, PyTorch ops",
     "vectorwise": "Vector-wise",
     "llm_int8": "LLM.int8() (vector-wise + decomp)",
 }
@@ -140,6 +142,24 @@ class SkipKind(str, Enum):
     UNSUPPORTED = "unsupported"
     OVER_BUDGET = "over_budget"
     NOT_RUN = "not_run"
+
+
+_NOT_IMPLEMENTED = "does not implement"
+
+
+def not_implemented_reason(backend: str, method: str) -> str:
+    """The skip reason of a (backend, method) pair that does not apply: the backend has no
+    such method (nothing is missing; readers leave these rows out of skip lists)."""
+    return f"backend {backend!r} {_NOT_IMPLEMENTED} {method!r}"
+
+
+def is_not_applicable(reason: object) -> bool:
+    """Whether a skip ``reason`` is :func:`not_implemented_reason`'s."""
+    return (
+        isinstance(reason, str)
+        and reason.startswith("backend ")
+        and (f" {_NOT_IMPLEMENTED} " in reason)
+    )
 
 
 def precision_class(method: str) -> str:

@@ -10,6 +10,13 @@
 # Extra arguments after OUT_DIR go to both `kernelbench run` calls (default: --sizes gpt3 --quick).
 # Exit 0 when both runs give the same rows; 1 otherwise; the cluster is stopped either way.
 #
+# Token authentication (Ray >= 2.60 turns it on by default, and enables it for every later
+# cluster once ~/.ray/auth_token exists): the script makes a token for this cluster alone, in
+# its own session directory, and gives it to every node and to the driver (RAY_AUTH_MODE=token,
+# RAY_AUTH_TOKEN_PATH), so that the check runs the same on a machine that never ran Ray and on
+# one where an earlier `kernelbench run --executor ray` left ~/.ray/auth_token. A failing step
+# names its command and prints its log.
+#
 # Each Ray node here declares one CPU, so a Ray task times with one thread where the local run
 # uses two: calls take about twice as long. Both runs get a generous --max-call so that the
 # time-budget skip ("over budget", estimated from the previous cell) does not fire in one run
@@ -30,10 +37,29 @@ export RAY_USAGE_STATS_ENABLED=0
 
 cleanup() { timeout 60 ray stop --force >/dev/null 2>&1 || true; rm -rf "$ray_tmp"; }
 trap cleanup EXIT
+# this cluster's token: every node and the driver read it (never ~/.ray/auth_token)
+(umask 077 && python3 -c "import secrets; print(secrets.token_hex(32))" >"$ray_tmp/auth_token")
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$ray_tmp/auth_token"
+unset RAY_AUTH_TOKEN
+
+# run_logged LOG CMD...: run CMD with its output in LOG; on failure say which command failed,
+# with its exit status, and print its log
+run_logged() {
+  local log="$1" status=0
+  shift
+  "$@" >"$log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "ray_cluster_check: command failed (exit $status): $*" >&2
+    echo "---- $log" >&2
+    cat "$log" >&2
+    echo "----" >&2
+    return "$status"
+  fi
+}
 node_opts=(--node-ip-address=127.0.0.1 --num-cpus=1 --object-store-memory=100000000)
-timeout 120 ray start --head --port="$port" --include-dashboard=false --disable-usage-stats \
-  --temp-dir="$ray_tmp" "${node_opts[@]}" >"$out/ray-head.log" 2>&1
-timeout 120 ray start --address="127.0.0.1:$port" "${node_opts[@]}" >"$out/ray-node2.log" 2>&1
+run_logged "$out/ray-head.log" timeout 120 ray start --head --port="$port" \
+  --include-dashboard=false --disable-usage-stats --temp-dir="$ray_tmp" "${node_opts[@]}"
+run_logged "$out/ray-node2.log" timeout 120 ray start --address="127.0.0.1:$port" "${node_opts[@]}"
 python3 - "$port" <<'EOF'
 import sys, time, ray
 ray.init(address=f"127.0.0.1:{sys.argv[1]}", logging_level="warning", log_to_driver=False)

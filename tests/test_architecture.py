@@ -140,8 +140,15 @@ def test_adding_a_backend_is_one_module_plus_one_registry_line(
     # the CLI lists it, unverified
     out = CliRunner().invoke(app, ["list"])
     assert out.exit_code == 0, out.output
-    toy_lines = [ln for ln in out.output.splitlines() if "toy" in ln]
-    assert toy_lines and all("unverified" in ln for ln in toy_lines)
+    lines = out.output.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("toy "))
+    block = [lines[start]]
+    for ln in lines[start + 1 :]:
+        if not ln.startswith(" "):
+            break
+        block.append(ln)
+    assert "builtin" in block[0]
+    assert sum("unverified" in ln for ln in block) == 2, block  # cpu and cuda
 
 
 def test_the_harness_measures_a_registered_toy_backend(toy_registered):

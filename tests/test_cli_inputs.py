@@ -55,9 +55,13 @@ def assert_refused(result, *needles: str) -> None:
 
 
 def assert_unusable(result, needle: str) -> None:
-    """compare's own answer to unusable input: its report, saying so, and exit 2."""
+    """compare's answer to unusable input: one line on stderr saying so, nothing on stdout
+    (text format), exit 2."""
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "UNUSABLE INPUT" in result.output and needle in result.output, result.output
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unusable input: "), result.stderr
+    assert needle in lines[0], result.stderr
 
 
 def activation_files(d: Path) -> dict[str, Path]:
@@ -266,3 +270,65 @@ def test_explicit_flags_win_over_a_profile():
     assert mine.error_rows == 512 and mine.rounds == 3 and mine.sizes == (4096,)
     assert mine.budget_s == quick.budget_s  # what was not given comes from the profile
     assert resolve("default").rounds == 3
+
+
+def test_compare_with_a_missing_run_says_so_on_stderr(previous: Path, tmp_path: Path):
+    result = runner.invoke(app, ["compare", str(previous), str(tmp_path / "nonexistent")])
+    assert_unusable(result, "nonexistent")
+    as_json = runner.invoke(
+        app, ["compare", str(previous), str(tmp_path / "nonexistent"), "--format", "json"]
+    )
+    assert as_json.exit_code == 2 and "unusable input" in as_json.stderr
+    assert json.loads(as_json.stdout)["exit_code"] == 2
+
+
+@pytest.mark.parametrize("place", ["/proc", "/sys"])
+def test_out_where_no_file_can_be_made_is_refused(place: str):
+    """Checked by making a probe file there: ``os.access`` says yes to root in /proc."""
+    if not Path(place).is_dir():
+        pytest.skip(f"no {place} here")
+    result = runner.invoke(app, ["run", *TINY, "--out", f"{place}/kb-h32-x"])
+    assert_refused(result, f"{place}/kb-h32-x", "cannot be created")
+    assert not Path(place, "kb-h32-x").exists()
+
+
+def test_writable_out_leaves_no_probe_file(tmp_path: Path):
+    from kernelbench.results.schema import check_out_dir
+
+    check_out_dir(tmp_path / "new" / "run", move_old=True)
+    check_out_dir(tmp_path, move_old=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_activations_with_another_suffix_name_the_file(previous: Path):
+    result = runner.invoke(
+        app, ["run", *TINY, "--activations", "/etc/passwd", "--out", str(previous)]
+    )
+    assert_refused(result, "/etc/passwd", ".pt or .npy", "no suffix")
+
+
+@pytest.mark.parametrize(
+    "flag,value,name",
+    [
+        ("--tokens", "16", "tokens"),
+        ("--sizes", "1024", "sizes"),
+        ("--layer", "attn_qkv", "layer"),
+        ("--backends", "custom", "backends"),
+        ("--methods", "fp32", "methods"),
+    ],
+)
+def test_resume_refuses_another_sweep_definition(previous: Path, flag: str, value: str, name):
+    env = json.loads((previous / ENV_FILE).read_text())
+    env[SETTINGS_KEY].update(
+        tokens=[8], sizes=[768], layer=None, backends=["torch"], methods=["fp16"]
+    )
+    (previous / ENV_FILE).write_text(json.dumps(env))
+    before = snapshot(previous)
+    args = list(TINY)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    result = runner.invoke(app, ["run", *args, "--resume", "--out", str(previous)])
+    assert_refused(result, f"{name}:")
+    assert snapshot(previous) == before

@@ -87,8 +87,12 @@ def test_an_installed_entry_point_is_a_third_party_backend(fresh_registry):
     assert not plugins.origin_of("custom").third_party
     out = CliRunner().invoke(app, ["list"], env=WIDE)
     assert out.exit_code == 0, out.output
-    line = next(ln for ln in out.output.splitlines() if "int8_numpy" in ln and "cpu" in ln)
-    assert "plugin" in line and "unverified" in line
+    text = out.output
+    block = text[text.index("int8_numpy  (") :].split("\n\n")[0]
+    head, rest = block.split("\n", 1)
+    assert "plugin" in head
+    cpu = rest[rest.index("  cpu ") : rest.index("  cuda ")]
+    assert "runs" in cpu and "unverified" in cpu
 
 
 def test_an_entry_point_that_fails_to_import_or_misnames_is_reported(fresh_registry):

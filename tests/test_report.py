@@ -228,6 +228,17 @@ def test_single_default_path_and_sections(single):
         assert text in html, text
 
 
+def test_header_says_what_ran_then_the_headline(single):
+    _, html = single
+    title = re.search(r"<h1>(.*?)</h1>", html).group(1)
+    assert "case gpt3" in title and DEVICE_CLASS in title
+    assert html.index('class="command mono run-command"') < html.index('class="headline"')
+    assert "Fastest over 16-bit" in html and "Precision: " in html
+    assert "PyTorch + NVIDIA" not in html  # a CPU run names its methods true to the device
+    assert "Absmax, PyTorch ops" in html
+    assert html.count('<div class="scroll">') == html.count('<table class="grid')
+
+
 def test_escaping(single):
     _, html = single
     assert "<script" not in html.lower()
@@ -348,11 +359,15 @@ def test_compare_mode(compare):
     assert {"section-ratios", "section-unmatched", "section-problems"} <= parsed.classes
     cells = [c for c in parsed.cells if c["kind"] == "ratio"]
     assert cells
-    # B ran 1.25x faster everywhere, its 16-bit baseline too: every time ratio is 0.8, and the
-    # verdict (compare's: on the speedup over each run's own baseline) is "same" everywhere
+    # B ran 1.25x faster everywhere, its 16-bit baseline too (a quiet machine against a
+    # loaded one): each cell shows what the verdict judges, the speedup over 16-bit B / A, 1.0
+    # and "same"; the time ratio 0.8 is secondary
     for c in cells:
-        assert float(c["data-value"]) == pytest.approx(0.8)
-        assert c["text"].startswith("0.800×") and "same" in c["text"]
+        assert float(c["data-value"]) == pytest.approx(1.0)
+        assert float(c["data-time-ratio"]) == pytest.approx(0.8)
+        assert c["text"].startswith("1.000×") and "same" in c["text"]
+        assert "time B/A 0.800×" in c["text"]
+        assert "background" not in c.get("style", "")  # no change found: no colour
     assert "all 48 matched cells" in html and "B is 0 faster, 48 same" in html
     assert html.count('class="status-skipped"') == 2  # one per run
     assert "<script" not in html.lower()
@@ -398,3 +413,64 @@ def test_backends_and_their_verification_from_env(tmp_path):
     html = write_report([run], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "verified: reports/x" in html and "unverified" in html
     assert EVIL not in html  # the reason is escaped
+
+
+def test_log_axes_have_numeric_tick_labels(tmp_path, monkeypatch):
+    """Every tick label of every plot is plain text (no raw mathtext such as
+    ``$\\mathdefault{10^{-1}}$``); the log axes' labels read as numbers."""
+    from kernelbench.report import plots
+
+    figures = []
+    encode = plots._encode
+
+    def keep(fig):
+        figures.append(fig)
+        return encode(fig)
+
+    monkeypatch.setattr(plots, "_encode", keep)
+    write_report([write_run(tmp_path / "run")])
+    log_labels = []
+    for fig in figures:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+                labels = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+                assert not any("$" in t or "mathdefault" in t for t in labels), labels
+                if scale == "log":
+                    log_labels += labels
+                    assert all(float(t) > 0 for t in labels), labels
+    assert len(log_labels) >= 10  # error, memory, tokens and d_model axes are log-scaled
+
+
+def test_compare_cells_show_the_speedup_their_verdict_judges(tmp_path):
+    """B gained on its baseline for custom llm_int8 and lost for torch int8_raw: the cells say
+    so in their number (speedup B / A), their verdict and their colour alike."""
+    from kernelbench.report.tables import speedup_color
+
+    a = write_run(tmp_path / "a")
+    rows = make_rows()
+    for r in rows:
+        if r.status != "ok":
+            continue
+        change = {("custom", "llm_int8"): 1.5, ("torch", "int8_raw"): 0.6}.get(
+            (r.backend, r.method), 1.0
+        )
+        r.speedup *= change
+        r.median_ms /= change
+    b = tmp_path / "b"
+    writer = ResultsWriter(b)
+    for r in rows:
+        writer.append(r)
+    (b / ENV_FILE).write_text((a / ENV_FILE).read_text(), encoding="utf-8")
+    html = write_report([a, b]).read_text(encoding="utf-8")
+    cells = [c for c in _parse(html).cells if c["kind"] == "ratio"]
+    faster = [c for c in cells if (c["data-backend"], c["data-method"]) == ("custom", "llm_int8")]
+    slower = [c for c in cells if (c["data-backend"], c["data-method"]) == ("torch", "int8_raw")]
+    assert faster and slower
+    for c in faster:
+        assert c["text"].startswith("1.500×") and "faster" in c["text"]
+        assert "time B/A 0.667×" in c["text"]
+        assert speedup_color(1.5) in c.get("style", "")
+    for c in slower:
+        assert c["text"].startswith("0.600×") and "slower" in c["text"]
+        assert speedup_color(0.6) in c.get("style", "")

@@ -61,6 +61,7 @@ def test_killed_run_resumes_to_a_valid_complete_file(tmp_path: Path):
     assert ok and all(r["speedup"] is not None for r in ok), [r["method"] for r in ok]
     env = json.loads((out / "env.json").read_text())
     assert env["settings"]["rounds"] == 6 and env.get("first_started_at")
+    assert len(env["commands"]) == 2  # the killed run's command, then the resume's
 
 
 def test_resume_keeps_a_complete_last_row_that_lost_its_newline(tmp_path: Path):

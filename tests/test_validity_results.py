@@ -106,7 +106,8 @@ def test_precision_line_counts_rows_within_the_target_and_the_median_width():
     df = pd.DataFrame(
         {
             "status": ["ok", "ok", "ok", "ok", "skipped"],
-            "paired": [True, True, True, False, False],
+            "backend": ["custom", "custom", "custom", "torch", "custom"],
+            "method": ["llm_int8", "int8_raw", "llm_int8", "fp16", "vectorwise"],
             "layer": ["ffn1", "ffn1", "block", "ffn1", "ffn1"],
             "speedup": [2.0, 1.0, 1.5, 1.0, None],
             "speedup_lo": [1.96, 0.8, 1.4, None, None],
@@ -116,7 +117,7 @@ def test_precision_line_counts_rows_within_the_target_and_the_median_width():
     )
     line = precision_line(df, 0.05)
     assert line == (
-        "precision: 1 of 2 paired rows within ±5% (95% interval), median half-width 11.0%"
+        "precision: 1 of 2 speedups within ±5% (95% interval), median half-width 11.0%"
     )
     assert precision_line(df[df["status"] == "skipped"], 0.05) == ""
 

@@ -88,16 +88,24 @@ def add_backend_files(paths: list[Path]) -> None:
     all_backends.cache_clear()
 
 
-def backend_status(device: torch.device | str) -> dict[str, dict[str, object]]:
-    """Per backend on ``device``: available, the reason when not, and its verification status;
+def backend_status(
+    device: torch.device | str, names: Iterable[str] | None = None
+) -> dict[str, dict[str, object]]:
+    """Per backend on ``device``: available, the reason when not, what checking printed
+    (``detail``: a peer's import-time lines) and its verification status (of ``names`` only,
+    when given: a peer's module is imported only when its backend is asked about);
     what a run records in ``env.json`` so that readers show it without importing a backend."""
     device = torch.device(device)
     out: dict[str, dict[str, object]] = {}
+    wanted = None if names is None else set(names)
     for name, backend in all_backends().items():
+        if wanted is not None and name not in wanted:
+            continue
         avail = backend.availability(device)
         out[name] = {
             "available": bool(avail),
             "reason": avail.reason,
+            "detail": avail.detail,
             "verification": backend.verification(device),
         }
     return out

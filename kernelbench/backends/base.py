@@ -31,7 +31,7 @@ import torch
 
 from kernelbench import quant
 from kernelbench.checks import check_activation, check_weight
-from kernelbench.core import INT8_STAGE_METHODS, METHODS
+from kernelbench.core import INT8_STAGE_METHODS, METHODS, not_implemented_reason
 from kernelbench.quant import (
     PreparedWeight,
     Problem,
@@ -119,6 +119,9 @@ class Availability:
 
     ok: bool
     reason: str = ""
+    #: What checking printed, warned or logged (a peer's import-time lines): kept for
+    #: ``kernelbench list -v`` and ``env.json``, never printed on the terminal.
+    detail: str = ""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -222,6 +225,9 @@ class Backend:
     verified: ClassVar[dict[str, str]] = {}
     #: What its results are held to against the float64 oracle.
     numerics: ClassVar[Numerics] = Numerics()
+    #: The distribution whose code this backend measures (a peer such as ``"bitsandbytes"``);
+    #: ``""`` for kernelbench's own code. ``kernelbench list`` shows that distribution's version.
+    library: ClassVar[str] = ""
 
     def verification(self, device: torch.device | str) -> str:
         """``"verified: <evidence>"`` for ``device``'s type, or ``"unverified"``."""
@@ -244,7 +250,7 @@ class Backend:
         if not avail:
             return avail
         if method not in self.methods:
-            return Availability.no(f"backend {self.name!r} does not implement {method!r}")
+            return Availability.no(not_implemented_reason(self.name, method))
         return Availability.yes()
 
     # --- stages ----------------------------------------------------------------------------

@@ -99,6 +99,7 @@ def _variant(method: str, device: torch.device) -> str:
 
 class BitsandbytesBackend(Backend):
     name = "bitsandbytes"
+    library = "bitsandbytes"
     methods = ("int8_raw", "vectorwise", "llm_int8")
     numerics = OWN_VARIANT
     verified = {
@@ -118,8 +119,9 @@ class BitsandbytesBackend(Backend):
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)
         if _bnb() is None:
-            return Availability.no(_BNB.error)
-        return torch_device_availability(device)
+            return Availability(False, _BNB.error, _BNB.output)
+        avail = torch_device_availability(device)
+        return Availability(avail.ok, avail.reason, _BNB.output)
 
     # stages: bitsandbytes' functional ops, wrapped in our dataclasses -------------------------
 

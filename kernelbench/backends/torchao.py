@@ -27,7 +27,7 @@ from functools import cache
 
 import torch
 
-from kernelbench.backends._peers import LazyImport
+from kernelbench.backends._peers import LazyImport, quietly
 from kernelbench.backends.base import (
     OWN_VARIANT,
     Availability,
@@ -47,8 +47,13 @@ VARIANT = (
 
 
 @cache
-def _smoke_test() -> str:
-    """'' when torchao's int8 linear runs with this torch on CPU, else the reason."""
+def _smoke_test() -> tuple[str, str]:
+    """('' when torchao's int8 linear runs with this torch on CPU, else the reason; what the
+    test printed, warned or logged)."""
+    return quietly(_smoke_test_reason)
+
+
+def _smoke_test_reason() -> str:
     ao = _TORCHAO.load()
     if ao is None:
         return _TORCHAO.error
@@ -97,6 +102,7 @@ def weight_bytes(lin: torch.nn.Linear) -> int:
 
 class TorchaoBackend(Backend):
     name = "torchao"
+    library = "torchao"
     methods = ("vectorwise",)
     numerics = OWN_VARIANT
     compile: bool = False
@@ -114,10 +120,12 @@ class TorchaoBackend(Backend):
 
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)
-        reason = _smoke_test()
+        reason, said = _smoke_test()
+        detail = "\n".join(s for s in (_TORCHAO.output, said) if s)
         if reason:
-            return Availability.no(reason)
-        return torch_device_availability(device)
+            return Availability(False, reason, detail)
+        avail = torch_device_availability(device)
+        return Availability(avail.ok, avail.reason, detail)
 
     def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
         """``cfg`` and ``kept_rows`` are ignored: torchao has no outlier decomposition."""
@@ -125,7 +133,7 @@ class TorchaoBackend(Backend):
         check_weight(weight, bias)
         if method not in self.methods:
             raise ValueError(f"backend {self.name!r} has no runner for method {method!r}")
-        reason = _smoke_test()
+        reason, _ = _smoke_test()
         if reason:
             raise RuntimeError(reason)
         lin = shared_weight(

@@ -55,30 +55,70 @@ def _use_backend_files(paths: list[Path] | None) -> None:
         raise fail(str(exc)) from None
 
 
+def _backend_version(backend, origin) -> str:
+    """Where a backend comes from, with the version of the code it measures: a peer's own
+    distribution version, kernelbench's for built-in code, the plugin's for a plugin."""
+    import importlib.metadata
+
+    if origin.third_party:
+        return origin.label()
+    if not backend.library:
+        return f"builtin, kernelbench {origin.version}"
+    try:
+        version = importlib.metadata.version(backend.library)
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    return f"builtin, {backend.library} {version}"
+
+
 @app.command("list")
 def list_backends(
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Full reasons, what each backend printed while loading, and its description",
+    ),
     backend_file: list[Path] = typer.Option(
         None, "--backend-file", metavar="FILE", help=BACKEND_FILE_HELP
     ),
 ) -> None:
     """Every backend and method, per device: runs here, or the reason why not; where each
-    backend came from (built in, an installed plugin, a file) and its version."""
+    backend came from (built in, an installed plugin, a file) and its version. One block per
+    backend; lines wrap at word boundaries, never cutting a name."""
     _use_backend_files(backend_file)
+    import textwrap
+
     import torch
-    from rich.table import Table
 
     from kernelbench.backends import all_backends
     from kernelbench.backends.base import sixteen_bit_dtype
     from kernelbench.backends.plugins import origin_of
     from kernelbench.kernels import cpu_ext
+    from kernelbench.results.view import short_reason
 
-    table = Table(title="kernelbench backends")
-    cols = ("backend", "origin", "version", "device", "available", "methods / reason", "verified")
-    for col in cols:
-        table.add_column(col)
+    width = max(console.width, 60)
+
+    def say(text: str, indent: str, first: str | None = None) -> None:
+        lines = textwrap.wrap(
+            text,
+            width=width,
+            initial_indent=indent if first is None else first,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for line in lines or [indent if first is None else first]:
+            console.print(escape(line), soft_wrap=True, highlight=False)
+
     for name, backend in all_backends().items():
         origin = origin_of(name)
-        source = "builtin" if not origin.third_party else f"{origin.kind} {origin.source}"
+        console.print(
+            f"[bold]{escape(name)}[/bold]  ({escape(_backend_version(backend, origin))})",
+            soft_wrap=True,
+            highlight=False,
+        )
+        details: list[str] = []
         for device in ("cpu", "cuda"):
             dev = torch.device(device)
             avail = backend.availability(dev)
@@ -88,16 +128,28 @@ def list_backends(
                 methods = [
                     m for m in backend.methods if backend.supports(m, dev, dtype, 256, 1024, 4096)
                 ]
-                detail = ", ".join(methods)
+                line = "runs " + ", ".join(methods)
             else:
-                detail = avail.reason
-            row = (name, source, origin.version, device, "yes" if avail else "no", detail)
-            table.add_row(*(escape(v) for v in (*row, backend.verification(dev))))
-    console.print(table)
+                line = "no: " + (avail.reason if verbose else short_reason(avail.reason))
+            say(line, " " * 8, f"  {device:<6}")
+            say(backend.verification(dev), " " * 8)
+            if avail.detail and avail.detail not in details:
+                details.append(avail.detail)
+        if verbose:
+            if backend.description:
+                say("about: " + backend.description, " " * 4, "  ")
+            for detail in details:
+                console.print("  printed while loading:", highlight=False)
+                for line in detail.splitlines():
+                    say(line, " " * 6, "    ")
+        elif details:
+            console.print("  (printed messages while loading: see list -v)", highlight=False)
     cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
-    console.print(
+    say(
         f"CPU kernel set: {cpu_ext.isa()}; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads; CUDA device: {escape(cuda)}"
+        f"{torch.get_num_threads()} threads; CUDA device: {cuda}",
+        "  ",
+        "",
     )
 
 
@@ -386,8 +438,13 @@ def accuracy(
 
 
 @app.command()
-def show(run_dir: Path) -> None:
-    """Print the tables of a saved run again."""
+def show(
+    run_dir: Path,
+    skipped: bool = typer.Option(
+        False, "--skipped", help="List rows not measured as a full table, not one line a reason"
+    ),
+) -> None:
+    """Print the headline and tables of a saved run again."""
     from kernelbench.report.console import print_tables
     from kernelbench.results.schema import SchemaError, load_env, results_path
     from kernelbench.results.view import ci_target, load_view
@@ -398,7 +455,7 @@ def show(run_dir: Path) -> None:
         target = ci_target(load_env(results_path(run_dir).parent))
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console, ci_target=target)
+    print_tables(df, console, skipped_table=skipped, ci_target=target)
 
 
 @app.command()
@@ -433,6 +490,13 @@ def compare(
         result = compare_runs(base, new, speed_tol, error_tol, backend or None)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if result.problem:
+        # unusable input is an error like any other: one line on stderr; the machine-readable
+        # formats still write their document (with the problem in it) to stdout
+        typer.echo(f"error: unusable input: {' '.join(result.problem.split())}", err=True)
+        if fmt != "text":
+            typer.echo(render(result, fmt), nl=False)
+        raise typer.Exit(result.exit_code)
     typer.echo(render(result, fmt), nl=False)
     raise typer.Exit(result.exit_code)
 

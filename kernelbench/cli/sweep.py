@@ -59,11 +59,23 @@ def _sizes(req: RunRequest, case) -> tuple[int, ...] | None:
     return tuple(d for d in wanted if d in dims) or tuple(dims[:2])
 
 
-def _settings(req: RunRequest, dclass: str, threads: int) -> dict:
-    """What every row of a run shares; ``--resume`` refuses to mix rows of other settings."""
+def _settings(req: RunRequest, prep: _Prepared, dclass: str, threads: int) -> dict:
+    """What every row of a run shares, and the sweep's definition (tokens, sizes, layer,
+    backends, methods); ``--resume`` refuses to mix rows of other settings or extend the
+    sweep to other rows."""
     p = req.profile
+    opts, case = prep.opts, prep.case
+
+    def listed(values) -> list | None:
+        return None if values is None else list(values)
+
     return {
         "case": req.case,
+        "tokens": listed(opts.tokens or case.default_tokens),
+        "sizes": listed(opts.sizes),
+        "layer": opts.layer or case.default_layer,
+        "backends": listed(opts.backends),
+        "methods": listed(opts.methods),
         "dist": req.dist,
         "activations": str(req.activations) if req.activations else None,
         "alpha": req.alpha,
@@ -150,7 +162,7 @@ def _prepare(req: RunRequest) -> _Prepared:
     from kernelbench.kernels import cpu_ext
 
     env = envmod.collect(dev, sys.argv[1:], kernel_isa=cpu_ext.isa())
-    env["backends"] = backend_status(dev)
+    env["backends"] = backend_status(dev, names=dict.fromkeys(b for b, _ in pairs))
     return _Prepared(the_case, opts, items, pairs, runner, dev, env)
 
 
@@ -175,7 +187,7 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
         res.check_out_dir(req.out, move_old=not req.resume)
     except res.RunDirError as exc:
         raise fail(str(exc)) from None
-    settings = _settings(req, prep.env["device_class"], prep.env["threads"])
+    settings = _settings(req, prep, prep.env["device_class"], prep.env["threads"])
     old_env: dict = {}
     if req.resume:
         try:
@@ -238,6 +250,9 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
     env[SETTINGS_KEY] = settings
     if old_env.get("started_at"):
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
+    # every command that wrote rows here: the first run, then each --resume
+    earlier = old_env.get("commands") or ([old_env["command"]] if old_env.get("command") else [])
+    env["commands"] = [*earlier, env["command"]]
     if hasattr(prep.runner, "cluster_env"):
         try:
             env["hosts"] = prep.runner.cluster_env(opts.device)["hosts"]

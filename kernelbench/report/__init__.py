@@ -19,9 +19,10 @@ from pathlib import Path
 import jinja2
 
 from kernelbench import __version__
+from kernelbench.core import is_not_applicable
 from kernelbench.report import data, plots, tables
 from kernelbench.results.schema import KEY_COLUMNS
-from kernelbench.results.view import ci_target, precision_line, slow_sixteen_bit_note
+from kernelbench.results.view import ci_target, headline, precision_line, slow_sixteen_bit_note
 
 __all__ = ["write_report", "render_report"]
 
@@ -80,6 +81,8 @@ def _backend_lines(env: dict) -> list[dict[str, str]]:
 
 
 def _run_info(run: data.Run, label: str) -> dict:
+    not_ok = run.not_ok
+    n_na = int(not_ok["reason"].map(is_not_applicable).astype(bool).sum()) if len(not_ok) else 0
     return {
         "backends": _backend_lines(run.env),
         "label": label,
@@ -88,8 +91,21 @@ def _run_info(run: data.Run, label: str) -> dict:
         "env": data.flat_env(run.env),
         "n_rows": len(run.rows),
         "n_ok": len(run.ok),
+        "n_not_measured": len(not_ok) - n_na,
+        "n_not_applicable": n_na,
         "device_classes": sorted(str(c) for c in run.rows["device_class"].unique()),
     }
+
+
+def _what_ran(run: data.Run) -> str:
+    """``case gpt3 · cpu-avx512vnni-2core · 2026-12-03``: what a report's title names."""
+    cases = sorted(str(c) for c in run.rows["case"].unique()) if "case" in run.rows else []
+    classes = sorted(str(c) for c in run.ok["device_class"].unique()) or sorted(
+        str(c) for c in run.rows["device_class"].unique()
+    )
+    started = str(run.env.get("first_started_at") or run.env.get("started_at") or "")[:10]
+    parts = [f"case {', '.join(cases)}" if cases else "", ", ".join(classes), started]
+    return " · ".join(p for p in parts if p)
 
 
 def _peak_lines(peaks: dict[str, dict]) -> list[str]:
@@ -150,7 +166,8 @@ def _single(run: data.Run) -> dict:
         )
     return {
         "mode": "single",
-        "title": f"kernelbench report: {run.path.name}",
+        "title": f"kernelbench: {_what_ran(run)}",
+        "headline": headline(run.rows),
         "runs": [_run_info(run, "run")],
         "groups": groups,
         "problems": [{"run": "run", **p} for p in tables.problem_rows(run.not_ok)],
@@ -188,7 +205,8 @@ def _compare(a: data.Run, b: data.Run) -> dict:
     problems += [{"run": "B", **p} for p in tables.problem_rows(b.not_ok)]
     return {
         "mode": "compare",
-        "title": f"kernelbench A/B: {a.path.name} vs {b.path.name}",
+        "title": f"kernelbench A/B: A {_what_ran(a)} vs B {_what_ran(b)}",
+        "headline": [],
         "runs": [_run_info(a, "A"), _run_info(b, "B")],
         "groups": groups,
         "unmatched": tables.unmatched_rows(a.ok, b.ok, keys),

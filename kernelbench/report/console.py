@@ -19,11 +19,13 @@ from kernelbench.core import (
     PAPER_TOKENS,
     TABLE1_PERPLEXITY,
     SkipKind,
+    is_not_applicable,
 )
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.view import (
     SLOW_FACTOR,
-    precision_line,
+    headline,
+    short_reason,
     slow_calls,
     slow_sixteen_bit_note,
 )
@@ -145,29 +147,73 @@ def tokens_grid(df: pd.DataFrame, backend: str, method: str, title: str) -> Tabl
 def _print_cell(cell: pd.DataFrame, head: str, console: Console) -> None:
     has_paper = cell["paper_speedup"].notna().any() if "paper_speedup" in cell else False
     paper = "; paper App. D.1 in ()" if has_paper else ""
+    console.print(f"[bold]{head}[/bold]", soft_wrap=True)
     console.print(
         grid(
             cell,
-            f"Speedup over 16-bit, 95% interval ({head}{paper})",
+            f"Speedup over 16-bit, 95% interval{paper}",
             lambda r, p=has_paper: speedup_text(r, p),
         )
     )
-    console.print(grid(cell, f"Median ms, samples, share of roofline ({head})", time_text))
-    console.print(grid(cell, f"Relative Frobenius error vs float64 ({head})", error_text))
+    console.print(grid(cell, "Median ms, samples, share of roofline", time_text))
+    console.print(grid(cell, "Relative error vs float64", error_text))
+
+
+def _legend(shown: pd.DataFrame) -> str:
+    """What the marks in the printed tables mean: only the marks that appear."""
+    ok = shown[shown["status"] == "ok"]
+    ok = ok[[(b, m) != BASELINE for b, m in zip(ok["backend"], ok["method"], strict=True)]]
+
+    def flagged(col: str) -> bool:
+        return col in ok and bool(ok[col].fillna(False).astype(bool).any())
+
+    parts = ["fp16 = the device's 16-bit baseline (bf16 on CPU)"]
+    with_speedup = ok.dropna(subset=["speedup"]) if "speedup" in ok else ok
+    if "speedup_lo" in with_speedup and with_speedup["speedup_lo"].notna().any():
+        parts.append("±: half the 95% interval of the median pair ratio")
+    if flagged("ci_wide"):
+        parts.append("! interval wider than the run's target")
+    if "speedup_lo" in with_speedup and with_speedup["speedup_lo"].isna().any():
+        parts.append("? one pair only")
+    if flagged("suspect"):
+        parts.append("S suspect (see below)")
+    if flagged("cache_resident"):
+        parts.append(
+            "c cache-resident (a hot row whose working set fits in a cache: bounded by compute "
+            "only)"
+        )
+    if (ok["method"] == "int8_raw").any():
+        parts.append("int8_raw error is against the exact integer product")
+    if (shown["layer"] == "block").any():
+        parts.append("layer block = the sum of one transformer block's linears")
+    return "; ".join(parts) + "."
 
 
 def print_tables(
-    df: pd.DataFrame, console: Console | None = None, ci_target: float | None = None
+    df: pd.DataFrame,
+    console: Console | None = None,
+    skipped_table: bool = False,
+    ci_target: float | None = None,
 ) -> None:
     """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
     beside it where the paper has one), time with sample count and share of the roofline, and
     relative error, at one token count (2048 when measured, else the largest); with several
     token counts, compact tables of ``llm_int8`` and ``int8_raw`` speedup by tokens x size per
-    backend. Then suspect rows, wide rows (with what their slow calls saw), skipped and failed
-    rows, and the run's precision in one line (``ci_target``: the run's interval target)."""
+    backend. First the headline (:func:`~kernelbench.results.view.headline`, the run's
+    precision in its second line; ``ci_target``: the run's interval target, else the view's);
+    after the tables, suspect rows, wide rows (with what their slow calls saw), then skipped and
+    failed rows: one line per reason group, or with ``skipped_table`` the full table. Rows of
+    (backend, method) pairs that do not apply (the backend has no such method) are counted,
+    not listed."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
+    if ci_target is not None:
+        df = df.copy()
+        df.attrs["ci_target"] = ci_target
+    for line in headline(df):
+        console.print(f"[bold]{escape(line)}[/bold]", soft_wrap=True)
+    shown = []
     for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
         all_tokens = sorted(of_layer["tokens"].unique())
         main = PAPER_TOKENS if PAPER_TOKENS in all_tokens else all_tokens[-1]
@@ -175,6 +221,7 @@ def print_tables(
         caches = f" · {'/'.join(modes)} caches" if modes else ""
         head = escape(f"{dclass} · layer {layer} · {main} tokens{caches}")
         _print_cell(of_layer[of_layer["tokens"] == main], head, console)
+        shown.append(of_layer[of_layer["tokens"] == main])
         if len(all_tokens) < 2:
             continue
         ok = of_layer[of_layer["status"] == "ok"]
@@ -186,20 +233,16 @@ def print_tables(
                         f"({dclass} · layer {layer})"
                     )
                     console.print(tokens_grid(of_layer, backend, method, title))
-    console.print(
-        "[dim]fp16 = the device's 16-bit baseline (bf16 on CPU); ±: half the 95% interval of the "
-        "median pair ratio; ! interval wider than the run's target; ? one pair only; S suspect "
-        "(see below); c cache-resident (a hot row whose working set fits in a cache: bounded by "
-        "compute only); int8_raw error is against the exact integer product; layer block = the "
-        "sum of one transformer block's linears.[/dim]"
-    )
+                    shown.append(of_layer[of_layer["backend"] == backend])
+    if shown:
+        console.print(f"[dim]{escape(_legend(pd.concat(shown)))}[/dim]")
     _print_slow_sixteen_bit(df, console)
     _print_suspects(df, console)
     _print_wide(df, console)
-    _print_skipped(df, console)
-    line = precision_line(df, ci_target)
-    if line:
-        console.print(escape(line))
+    if skipped_table:
+        _print_skipped(df, console)
+    else:
+        _print_skipped_summary(df, console)
 
 
 def _print_slow_sixteen_bit(df: pd.DataFrame, console: Console) -> None:
@@ -247,8 +290,47 @@ def _print_suspects(df: pd.DataFrame, console: Console) -> None:
     console.print(table)
 
 
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def _not_applicable(df: pd.DataFrame) -> pd.Series:
+    return (df["status"] == "skipped") & df["reason"].map(is_not_applicable).astype(bool)
+
+
+def _print_skipped_summary(df: pd.DataFrame, console: Console) -> None:
+    """One line per (backend, status, reason) group of rows that were not measured, with a
+    short reason; then how many rows do not apply."""
+    bad = df[(df["status"] != "ok") & (df["layer"] != "block")]
+    na = _not_applicable(bad)
+    # the first clause of the short reason: the cause; the rest is how to fix it (list -v)
+    listed = bad[~na].assign(
+        short=bad[~na]["reason"].map(lambda r: short_reason(str(r)).split("; ")[0])
+    )
+    if len(listed):
+        console.print(
+            f"[bold]Not measured: {_rows(len(listed))}[/bold] (kernelbench show --skipped RUN: "
+            "the table; kernelbench list -v: full reasons)",
+            soft_wrap=True,
+        )
+    for (backend, status, reason), g in listed.groupby(["backend", "status", "short"]):
+        methods = _method_order(g["method"].unique())
+        which = "every method" if len(methods) == len(METHODS) else ", ".join(methods)
+        word = "failed" if status == "failed" else "skipped"
+        line = f"  {backend}{third_party_label(g, detail=False)}: {len(g)} {word} ({which}): "
+        colour = "red" if status == "failed" else "default"
+        console.print(f"[{colour}]{escape(line + reason)}[/{colour}]", soft_wrap=True)
+    if na.any():
+        console.print(
+            f"[dim]{_rows(int(na.sum()))} of (backend, method) pairs that do not apply (the "
+            "backend has no such method): not listed.[/dim]",
+            soft_wrap=True,
+        )
+
+
 def _print_skipped(df: pd.DataFrame, console: Console) -> None:
     bad = df[df["status"] != "ok"]
+    bad = bad[~_not_applicable(bad)]
     if not len(bad):
         return
     table = Table(title="Skipped and failed rows, grouped by reason", title_justify="left")

@@ -20,7 +20,7 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FixedLocator, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from kernelbench.report import data
 
@@ -57,6 +57,13 @@ def _encode(fig: MplFigure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plain_log_axis(axis) -> None:
+    """Numeric tick labels on a log axis (``0.001``, ``1e-05``, ``2048``): matplotlib's default
+    labels are mathtext, which :func:`_style` turns off (then they read ``$\\mathdefault{..}$``)."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _dmodel_axis(ax, dims: list[int]) -> None:
@@ -147,6 +154,7 @@ def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
                 _interval_bars(ax, g, colours[method])
             ax.axhline(1.0, color="black", lw=0.8, ls=":")
             ax.set_xscale("log", base=2)
+            _plain_log_axis(ax.xaxis)
             ax.set_title(f"{name} (d={d})", fontsize=9)
             ax.set_xlabel("tokens")
             ax.set_ylabel("speedup over 16-bit")
@@ -253,6 +261,7 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         if not base.empty:
             ax.plot(base.index, base.values, color="black", ls="--", label="16-bit baseline")
         ax.set_yscale("log")
+        _plain_log_axis(ax.yaxis)
         ax.set_ylabel("relative error (Frobenius)")
         ax.legend(fontsize=7)
 
@@ -296,6 +305,7 @@ def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
         fig.set_figwidth(max(PANEL_W, 1.0 + 0.9 * len(per)))
         per.plot.bar(ax=ax, color=[colours[c] for c in per.columns], width=0.85)
         ax.set_yscale("log")
+        _plain_log_axis(ax.yaxis)
         ax.set_xlabel("model dimension d")
         ax.set_ylabel("MiB")
         ax.legend(fontsize=7)

@@ -177,9 +177,9 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
 
     caption = (
         f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
-        f"layer {layer}, {tokens} tokens; grey: 95% interval, samples n, and the paper's "
-        "App. D.1 figure where the paper has this cell; ! interval wider than the run's "
-        "target; S suspect (see below)"
+        f"layer {layer}, {tokens} tokens; under each number: its 95% interval, samples n, and "
+        "'paper x', the paper's App. D.1 figure, where the paper has this cell; "
+        "! interval wider than the run's target; S suspect (see below)"
     )
     return _backend_grids(ok, "speedup", caption, cells)
 
@@ -210,7 +210,7 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
         )
 
     caption = (
-        "achieved 1e12 ops/s (declared work / median time); grey: share of the row's "
+        "achieved 1e12 ops/s (declared work / median time); under each number: share of the row's "
         "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
         "intensity when lower)"
     )
@@ -299,6 +299,11 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
     merged["ratio"] = merged["median_ms_b"] / merged["median_ms_a"]
+    # what the verdict judges: each run's paired speedup over its own 16-bit baseline, B / A
+    if "speedup_a" in merged and "speedup_b" in merged:
+        merged["speedup_ratio"] = merged["speedup_b"] / merged["speedup_a"]
+    else:
+        merged["speedup_ratio"] = float("nan")
     merged["verdict"] = [
         speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0).verdict
         for rec in merged.to_dict("records")
@@ -312,29 +317,39 @@ def _side(rec: dict, suffix: str) -> dict:
 
 
 def ratio_grids(pairs: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
-    """Per backend: median time B/A per (method, size), coloured (green: B faster)."""
+    """Per backend and (method, size): the measure the verdict judges first, B's speedup over
+    its own 16-bit baseline divided by A's (above 1: B gained on its baseline), coloured by it
+    where the verdict is faster or slower;
+    the verdict; and, secondary, the plain median time B / A (which also moves when the
+    machine's load or the baseline moved)."""
 
     def cells(backend: str, df: pd.DataFrame) -> CellOf:
+        speedup = _pivot(df, "speedup_ratio")
         ratio = _pivot(df, "ratio")
         calls = {(r["method"], r["d_model"]): r["verdict"] for r in df.to_dict("records")}
 
         def cell(method: str, d: int) -> Cell:
-            value = _get(ratio, method, d)
-            call = calls.get((method, d), "") if value else ""
+            value = _get(speedup, method, d)
+            time_ratio = _get(ratio, method, d)
+            call = calls.get((method, d), "") if value or time_ratio else ""
+            time_note = f"time B/A {fmt(time_ratio, 3)}×" if time_ratio else ""
+            attrs = _cell_attrs(backend, method, d, value)
+            attrs["time-ratio"] = "" if time_ratio is None else repr(time_ratio)
             return Cell(
                 text=f"{fmt(value, 3)}×" if value is not None else "–",
-                note=call,
-                color=speedup_color(1 / value) if value else "",
+                note=" · ".join(x for x in (call, time_note) if x),
+                # coloured only where the verdict found a change: one meaning per colour
+                color=speedup_color(value) if value and call in ("faster", "slower") else "",
                 cls=f"verdict-{call}" if call else "",
-                attrs=_cell_attrs(backend, method, d, value),
+                attrs=attrs,
             )
 
         return cell
 
     caption = (
-        f"median time B / A (below 1: B is faster); layer {layer}, {tokens} tokens; "
-        "verdict of kernelbench compare at zero tolerance: beyond both runs' noise (each "
-        "speedup's 95% interval)"
+        f"speedup over 16-bit, B / A (above 1: B gained on its own 16-bit baseline), with the "
+        f"verdict of kernelbench compare at zero tolerance (beyond both runs' noise, each "
+        f"speedup's 95% interval) and the median time B / A; layer {layer}, {tokens} tokens"
     )
     in_cell = pairs[(pairs["layer"] == layer) & (pairs["tokens"] == tokens)]
     return _backend_grids(in_cell, "ratio", caption, cells)
@@ -351,9 +366,17 @@ def ratio_summary(pairs: pd.DataFrame) -> str:
     ]
     counts = ", ".join(f"{calls.count(v)} {v}" for v in ("faster", "same", "slower", "unknown"))
     geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    gains = pairs["speedup_ratio"].dropna() if "speedup_ratio" in pairs else pd.Series([])
+    gains = gains[gains > 0]
+    gain = (
+        f"geometric mean of the speedup over 16-bit B / A "
+        f"{math.exp(sum(math.log(r) for r in gains) / len(gains)):.3f}, of the time B / A "
+        if len(gains)
+        else "geometric mean of the time B / A "
+    )
     return (
-        f"all {len(ratios)} matched cells (every layer and token count): geometric mean of "
-        f"B / A {geomean:.3f}; B is {counts}"
+        f"all {len(ratios)} matched cells (every layer and token count): {gain}{geomean:.3f}; "
+        f"B is {counts}"
     )
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -455,7 +456,20 @@ def holds_run(out: Path) -> bool:
 
 
 def _writable_dir(path: Path) -> bool:
-    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+    """Whether a file can be made in ``path``: tried, by creating and removing a probe file
+    (``os.access`` says yes to root everywhere, /proc and /sys included)."""
+    if not path.is_dir():
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kernelbench-probe-", dir=path)
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        return False
+    return True
 
 
 def check_out_dir(out: Path, move_old: bool) -> None:

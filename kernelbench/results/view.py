@@ -9,14 +9,43 @@ read one row per key: :func:`pooled_view` pools the rounds
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from kernelbench.core import BASELINE, PAPER_TOKENS
 from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import annotate, cache_levels, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
 from kernelbench.settings import default, recorded
+
+_EXCEPTION = re.compile(r"\b\w*(Error|Exception)\b")
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
+
+
+def short_reason(reason: str) -> str:
+    """``reason`` for a terminal line: parenthesised exception texts and paths dropped, other
+    paths cut to their file name, repeated clauses once (the full text stays in ``env.json``
+    and ``kernelbench list -v``)."""
+    kept, depth, group = [], 0, []
+    for ch in reason:
+        if ch == "(":
+            depth += 1
+        if depth:
+            group.append(ch)
+        else:
+            kept.append(ch)
+        if ch == ")" and depth:
+            depth -= 1
+            if not depth:
+                text = "".join(group)
+                if not (_EXCEPTION.search(text) or "/" in text):
+                    kept.append(text)
+                group = []
+    out = _PATH.sub(r"\1", "".join(kept) + "".join(group))
+    out = re.sub(r"\s+", " ", out).replace(" ;", ";").replace(" ,", ",").strip()
+    return "; ".join(dict.fromkeys(c.strip() for c in out.split(";") if c.strip()))
 
 
 def ci_target(env: dict) -> float:
@@ -37,8 +66,11 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
 
 
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
-    """:func:`pooled_rows` as a DataFrame."""
-    return pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
+    """:func:`pooled_rows` as a DataFrame; ``attrs["ci_target"]`` is the run's interval
+    target."""
+    df = pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
+    df.attrs["ci_target"] = ci_target(env)
+    return df
 
 
 def load_view(run_dir: str | Path) -> pd.DataFrame:
@@ -125,30 +157,36 @@ def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
 SLOW_FACTOR = 1.25
 
 
-def _halfwidths(df: pd.DataFrame) -> pd.Series:
-    """Relative half-widths of the paired rows' speedup intervals (baselines and blocks out)."""
-    need = {"speedup", "speedup_lo", "speedup_hi", "paired", "status", "layer"}
-    if not need <= set(df.columns):
-        return pd.Series(dtype=float)
-    rows = df[(df["status"] == "ok") & df["paired"].fillna(False).astype(bool)]
-    rows = rows[rows["layer"] != "block"]
-    rows = rows[rows["speedup_lo"].notna() & rows["speedup_hi"].notna()]
-    return (rows["speedup_hi"] - rows["speedup_lo"]) / 2 / rows["speedup"]
+def _speedup_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The measured speedups of a view: ok rows with a speedup, the 16-bit baseline itself and
+    per-block sums left out."""
+    if not len(df) or not {"status", "speedup", "backend", "method"} <= set(df.columns):
+        return df.iloc[0:0]
+    rows = df[(df["status"] == "ok") & df["speedup"].notna()]
+    if "layer" in rows:
+        rows = rows[rows["layer"] != "block"]
+    pairs = zip(rows["backend"], rows["method"], strict=True)
+    return rows[[(b, m) != BASELINE for b, m in pairs]]
 
 
 def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
-    """One line: the paired rows whose speedup interval is within the run's target, of all
-    paired rows, and the median half-width (relative). Empty without paired rows."""
-    widths = _halfwidths(df)
-    paired = df[(df.get("status") == "ok") & df.get("paired", False)] if len(df) else df
-    paired = paired[paired["layer"] != "block"] if "layer" in paired else paired
-    if not len(paired):
+    """One line: how many measured speedups have a 95% interval within the run's target, of
+    all, and the median relative half-width. Empty without a measured speedup."""
+    rows = _speedup_rows(df)
+    if not len(rows):
         return ""
-    within = int((~paired["ci_wide"].fillna(False).astype(bool)).sum())
+    wide = rows["ci_wide"].fillna(False).astype(bool) if "ci_wide" in rows else None
+    within = len(rows) - (int(wide.sum()) if wide is not None else 0)
+    bounded = rows
+    if {"speedup_lo", "speedup_hi"} <= set(rows.columns):
+        bounded = rows[rows["speedup_lo"].notna() & rows["speedup_hi"].notna()]
+        widths = (bounded["speedup_hi"] - bounded["speedup_lo"]) / 2 / bounded["speedup"]
+    else:
+        widths = pd.Series(dtype=float)
     target_text = f"±{target:.0%}" if target else "the run's target"
     median = f"median half-width {widths.median():.1%}" if len(widths) else "no intervals"
     return (
-        f"precision: {within} of {len(paired)} paired rows within {target_text} "
+        f"precision: {within} of {len(rows)} speedups within {target_text} "
         f"(95% interval), {median}"
     )
 
@@ -174,3 +212,55 @@ def slow_calls(row: pd.Series | dict) -> dict:
         "max_faults": max(faults) if faults else None,
         "steal_share": None if steal is None or steal != steal else float(steal),
     }
+
+
+def headline_cell(df: pd.DataFrame) -> tuple[str, str, int] | None:
+    """(device class, layer, tokens) of the cell a run is read by first: the first device
+    class and layer (a block's sum when measured), at 2048 tokens (the paper's) when measured,
+    else the most tokens; ``None`` without a measured row."""
+    ok = df[df["status"] == "ok"] if len(df) else df
+    if ok.empty:
+        return None
+    dclass = sorted(ok["device_class"].unique())[0]
+    ok = ok[ok["device_class"] == dclass]
+    layers = sorted(ok["layer"].unique())
+    layer = "block" if "block" in layers else layers[0]
+    tokens = sorted(ok[ok["layer"] == layer]["tokens"].unique())
+    return dclass, layer, PAPER_TOKENS if PAPER_TOKENS in tokens else int(tokens[-1])
+
+
+def _speedup_with_interval(row) -> str:
+    lo, hi = row.get("speedup_lo"), row.get("speedup_hi")
+    text = f"{row['speedup']:.2f}x"
+    if lo is not None and hi is not None and not (pd.isna(lo) or pd.isna(hi)):
+        text += f" [{lo:.2f}, {hi:.2f}]"
+    return text
+
+
+def headline(df: pd.DataFrame) -> list[str]:
+    """The run in two lines: the fastest backend/method over the 16-bit baseline at the
+    smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
+    interval), then the run's precision (:func:`precision_line`)."""
+    cell = headline_cell(df)
+    if cell is None:
+        return ["No row was measured."]
+    dclass, layer, tokens = cell
+    ok = df[(df["status"] == "ok") & (df["device_class"] == dclass)]
+    ok = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["speedup"])
+    ok = ok[[(b, m) != BASELINE for b, m in zip(ok["backend"], ok["method"], strict=True)]]
+    if ok.empty:
+        return [f"{dclass} · layer {layer} · {tokens} tokens: no speedup over 16-bit measured."]
+    dims = sorted(ok["d_model"].unique())
+    ends = []
+    for d in dict.fromkeys((dims[0], dims[-1])):
+        at = ok[ok["d_model"] == d]
+        best = at.loc[at["speedup"].idxmax()]
+        ends.append(f"d={d}: {best['backend']} {best['method']} {_speedup_with_interval(best)}")
+    first = (
+        f"Fastest over 16-bit ({dclass} · layer {layer} · {tokens} tokens): "
+        + "; ".join(ends)
+        + "."
+    )
+    target = df.attrs.get("ci_target") or default("ci_target")
+    precision = precision_line(df, target)
+    return [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]

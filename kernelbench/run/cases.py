@@ -226,7 +226,8 @@ def load_activation_file(path: Path) -> torch.Tensor:
     elif path.suffix in (".pt", ".pth"):
         t = _load_pt(path)
     else:
-        raise InputError(f"activation file must be .pt or .npy, got {path.suffix!r}")
+        suffix = repr(path.suffix) if path.suffix else "no suffix"
+        raise InputError(f"activation file {path} must be .pt or .npy, got {suffix}")
     if t.dim() < 2 or t.numel() == 0:
         raise InputError(
             f"activations in {path} must be (tokens, d) or (..., d), non-empty; "

@@ -1,0 +1,93 @@
+"""The end of a run on the terminal: a headline first, skipped rows one line per reason, pairs
+that do not apply counted and not listed, a legend of the marks shown only."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from kernelbench.cli import app
+from kernelbench.core import is_not_applicable, not_implemented_reason
+from kernelbench.report.console import print_tables
+from kernelbench.results.schema import ResultsWriter
+from kernelbench.results.view import headline, load_view
+
+CUDA_REASON = (
+    "cuBLASLt runs on CUDA devices only, not 'cpu'; the CUDA extension was not built "
+    "(ImportError: cannot import name '_cuda' from 'kernelbench' "
+    "(/opt/venv/lib/python3.11/site-packages/kernelbench/__init__.py))"
+)
+
+
+@pytest.fixture
+def run_dir(tmp_path, row_factory):
+    writer = ResultsWriter(tmp_path)
+    for d in (768, 2048):
+        interval = dict(speedup_lo=1.9, speedup_hi=2.1) if d == 768 else {}
+        rows = [
+            row_factory("fp16", "torch", d_model=d, median_ms=2.0, baseline_ms=2.0),
+            row_factory(
+                "llm_int8", "custom", d_model=d, median_ms=1.0, baseline_ms=2.0, **interval
+            ),
+            row_factory("int8_raw", "torch", d_model=d, median_ms=1.6, baseline_ms=2.0),
+            row_factory(
+                "fp16",
+                "custom",
+                d_model=d,
+                status="skipped",
+                reason=not_implemented_reason("custom", "fp16"),
+            ),
+            row_factory("llm_int8", "cublaslt", d_model=d, status="skipped", reason=CUDA_REASON),
+            row_factory("int8_raw", "cublaslt", d_model=d, status="skipped", reason=CUDA_REASON),
+        ]
+        for row in rows:
+            writer.append(row)
+    return tmp_path
+
+
+def printed(run_dir, **kw) -> str:
+    console = Console(record=True, width=200)
+    print_tables(load_view(run_dir), console, **kw)
+    return console.export_text()
+
+
+def test_not_applicable_reasons_are_recognised():
+    assert is_not_applicable(not_implemented_reason("custom", "fp16"))
+    assert not is_not_applicable(CUDA_REASON) and not is_not_applicable(None)
+
+
+def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
+    first, second = headline(load_view(run_dir))
+    assert first.startswith("Fastest over 16-bit (cpu-test-2core · layer ffn1 · 8 tokens)")
+    assert "d=768: custom llm_int8 2.00x [1.90, 2.10]" in first
+    assert "d=2048: custom llm_int8 2.00x" in first
+    assert second.startswith("Precision: ") and "of 4 speedups" in second
+
+
+def test_headline_comes_first_and_skips_are_one_line_per_reason(run_dir):
+    text = printed(run_dir)
+    assert text.splitlines()[0].startswith("Fastest over 16-bit")
+    assert "Not measured: 4 rows" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("  cublaslt:")]
+    assert lines == [
+        "  cublaslt: 4 skipped (int8_raw, llm_int8): cuBLASLt runs on CUDA devices only, not 'cpu'"
+    ]
+    assert "site-packages" not in text and "ImportError" not in text
+    assert "does not implement" not in text
+    assert "2 rows of (backend, method) pairs that do not apply" in text
+
+
+def test_legend_explains_only_what_is_shown(run_dir):
+    text = printed(run_dir)
+    assert "? one pair only" in text  # d=2048 has no interval
+    assert "layer block" not in text and "S suspect" not in text
+
+
+def test_show_skipped_prints_the_full_table(run_dir):
+    out = CliRunner().invoke(app, ["show", str(run_dir), "--skipped"], env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert "Skipped and failed rows" in out.output and "ImportError" in out.output
+    assert "does not implement" not in out.output
+    short = CliRunner().invoke(app, ["show", str(run_dir)], env={"COLUMNS": "250"})
+    assert "Skipped and failed rows" not in short.output
