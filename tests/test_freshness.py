@@ -14,8 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kernelbench import freshness
-from kernelbench.backends import add_backend_files, all_backends, plugins
+from kernelbench.backends import add_backend_files, all_backends, freshness, plugins
 from kernelbench.backends.contract import run_contract
 from kernelbench.cli import app
 from kernelbench.measure.engine import TimerSettings

@@ -235,7 +235,7 @@ def test_a_long_row_is_checked_on_its_first_call_in_the_cycles(monkeypatch):
     assert not first_calls and len(deferred) == len(checked) == 5
     for a, b in zip(checked, deferred, strict=True):
         assert (a.backend, a.method) == (b.backend, b.method)
-        # checked on the activations as redrawn before the cycles (kernelbench.freshness):
+        # checked on the activations as redrawn before the cycles (kernelbench.backends.freshness):
         # other values of the same magnitudes, so an error of the same size, not the same bits
         assert b.rel_error is not None and b.max_abs_error is not None
         assert b.rel_error == pytest.approx(a.rel_error, rel=0.25, abs=1e-12)

@@ -116,9 +116,7 @@ def test_precision_line_counts_rows_within_the_target_and_the_median_width():
         }
     )
     line = precision_line(df, 0.05)
-    assert line == (
-        "precision: 1 of 2 speedups within ±5% (95% interval), median half-width 11.0%"
-    )
+    assert line == ("precision: 1 of 2 speedups within ±5% (95% interval), median half-width 11.0%")
     assert precision_line(df[df["status"] == "skipped"], 0.05) == ""
 
 

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelbench import freshness, oracle, quant
+from kernelbench import oracle, quant
+from kernelbench.backends import freshness
 from kernelbench.backends.base import Backend, Numerics, Runner
 from kernelbench.core import METHODS
 from kernelbench.quant import Problem, QuantConfig

@@ -125,7 +125,7 @@ class TorchBackend(Backend):
                 bd.numel() * bd.element_size() if bd is not None else 0
             )
             # the activations are cast in the call (a no-op for the 16-bit baseline): the
-            # output must follow them (:mod:`kernelbench.freshness`)
+            # output must follow them (:mod:`kernelbench.backends.freshness`)
             return Runner(run=lambda: F.linear(x.to(dt), wd, bd), weight_bytes=nbytes)
         if method == "absmax_torch":
             return self._scaled_runner(x, weight, bias, per_row=False)

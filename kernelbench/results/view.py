@@ -186,8 +186,7 @@ def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     target_text = f"±{target:.0%}" if target else "the run's target"
     median = f"median half-width {widths.median():.1%}" if len(widths) else "no intervals"
     return (
-        f"precision: {within} of {len(rows)} speedups within {target_text} "
-        f"(95% interval), {median}"
+        f"precision: {within} of {len(rows)} speedups within {target_text} (95% interval), {median}"
     )
 
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from kernelbench import freshness, oracle
-from kernelbench.backends import all_backends
+from kernelbench import oracle
+from kernelbench.backends import all_backends, freshness
 from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
 from kernelbench.backends.plugins import origin_of
 from kernelbench.core import BASELINE, FP32, SkipKind, work_bytes, work_flops
@@ -456,10 +456,11 @@ def _measure_prepared(
 
 
 def _follow_hooks(ready: list[_Prepared], inputs, check, round_: int):
-    """Redraw the cell's activations in place (:mod:`kernelbench.freshness`) and return each
-    row's first-output hook (its deferred accuracy check, on the new values, then its spot
-    check that the output follows them: a stale output fails the row) and what restores the
-    activations after the cycles (so every other check sees the cell's drawn values)."""
+    """Redraw the cell's activations in place (:mod:`kernelbench.backends.freshness`) and
+    return each row's first-output hook (its deferred accuracy check, on the new values, then
+    its spot check that the output follows them: a stale output fails the row) and what
+    restores the activations after the cycles (so every other check sees the cell's drawn
+    values)."""
     if not ready:
         return {}, lambda: None
     gen = torch.Generator().manual_seed(inputs.seed * 1009 + round_)
