@@ -99,6 +99,69 @@ def base_row(
     )
 
 
+@dataclass
+class CellPlan:
+    """What one cell will measure in one round, decided before any input is drawn: its rows in
+    measuring order (the baseline first; rows that cannot run already skipped, with the
+    reason)."""
+
+    item: WorkItem
+    device: torch.device
+    dtype: torch.dtype
+    m: int
+    k: int
+    n: int
+    flops: float
+    rows: list[ResultRow]
+    #: the baseline row is new to this run (else it is timed again only for the others to
+    #: pair with, and not written)
+    write_baseline: bool
+
+    def written(self) -> list[ResultRow]:
+        """The rows the cell gives back once measured."""
+        return [r for r in self.rows if (r.backend, r.method) != BASELINE or self.write_baseline]
+
+
+def plan_cell(
+    item: WorkItem,
+    case: Case,
+    opts: RunOptions,
+    estimator: CallEstimator,
+    done: set[tuple] | None = None,
+) -> CellPlan | None:
+    """The rows of ``item`` not in ``done`` (keys and rounds written already), each skipped
+    with its reason when its backend cannot run it here or its call is estimated over the
+    run's ``max_call_s``; ``None`` when nothing is left to measure."""
+    device = resolve_device(opts.device)
+    dclass = device_class(device)
+    dtype = sixteen_bit_dtype(device)
+    k, n = case.shape(item.layer, item.size.d_model)
+    m = item.tokens
+    flops = work_flops(m, k, n)
+    pairs = method_pairs(opts)
+    if item.round >= FP32_ROUNDS:
+        pairs = [p for p in pairs if p != FP32]
+    if item.only is not None:
+        pairs = [p for p in pairs if p in item.only or p == BASELINE]
+    done = done or set()
+    rows = {p: base_row(item, case, *p, device, dclass) for p in pairs}
+    todo = [p for p in pairs if (rows[p].key(), item.round) not in done]
+    if not todo:
+        return None
+    write_baseline = BASELINE in todo
+    if BASELINE in pairs and not write_baseline:
+        todo.insert(0, BASELINE)  # the later rows pair with it: time it again, do not write it
+    for backend_name, method in todo:
+        row = rows[(backend_name, method)]
+        row.round, row.cache = item.round, opts.cache
+        row.flops, row.bytes = flops, work_bytes(method, m, k, n)
+        skip = _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator)
+        if skip is not None:
+            row.status, (row.skip_kind, row.reason) = "skipped", skip
+    planned = [rows[p] for p in todo]
+    return CellPlan(item, device, dtype, m, k, n, flops, planned, write_baseline)
+
+
 def measure_cell(
     item: WorkItem,
     case: Case,
@@ -114,28 +177,26 @@ def measure_cell(
     do not change between rounds, and the oracle is the costliest part of a large cell. With
     ``prepared``, the cell's inputs and runners are kept for its later rounds (within that
     cache's memory budget), and taken from it when an earlier round kept them."""
-    device = resolve_device(opts.device)
-    dclass = device_class(device)
-    dtype = sixteen_bit_dtype(device)
-    k, n = case.shape(item.layer, item.size.d_model)
-    m = item.tokens
-    flops = work_flops(m, k, n)
-    pairs = method_pairs(opts)
-    if item.round >= FP32_ROUNDS:
-        pairs = [p for p in pairs if p != FP32]
-    if item.only is not None:
-        pairs = [p for p in pairs if p in item.only or p == BASELINE]
-    done = done or set()
+    plan = plan_cell(item, case, opts, estimator, done)
+    if plan is not None:
+        _measure_plan(plan, case, opts, estimator, activations, prepared)
+        for row in plan.written():
+            yield _stamp(row)
 
-    def pending(b: str, mt: str) -> bool:
-        row = base_row(item, case, b, mt, device, dclass)
-        return (row.key(), item.round) not in done
 
-    todo = [(b, mt) for b, mt in pairs if pending(b, mt)]
-    if not todo:
-        return
-    if BASELINE in pairs and BASELINE not in todo:
-        todo.insert(0, BASELINE)  # the later rows pair with it: time it again, do not write it
+def _measure_plan(
+    plan: CellPlan,
+    case: Case,
+    opts: RunOptions,
+    estimator: CallEstimator,
+    activations: torch.Tensor | None,
+    prepared: PreparedCells | None,
+) -> None:
+    """Draw the cell's inputs (or take them from ``prepared``), build and check each planned
+    row's runner, time them in cycles around the baseline, and fill the plan's rows in place."""
+    item, device, dtype = plan.item, plan.device, plan.dtype
+    m, k, n, flops = plan.m, plan.k, plan.n, plan.flops  # noqa: F841 - n: the cell's shape
+    todo = [(r.backend, r.method) for r in plan.rows]
     layer_key = (item.size.d_model, item.layer, item.dist)
     cell_key = (layer_key, m)
     kept = prepared.get(cell_key) if prepared is not None else None
@@ -165,17 +226,11 @@ def measure_cell(
     ready: list[_Prepared] = []  # built, waiting for the cycles
     reused_layer: bool | None = None
     measured: list[_Prepared] = []
-    rows: list[ResultRow] = []  # in measuring order, filled in place
     reserve = RESERVE_PER_WEIGHT_BYTE * k * n * dtype.itemsize + RESERVE_BYTES
-    for backend_name, method in todo:
-        row = base_row(item, case, backend_name, method, device, dclass)
-        row.seed, row.round, row.cache = inputs.seed, item.round, opts.cache
-        row.planted_outlier_cols = inputs.planted_outliers
-        row.flops, row.bytes = flops, work_bytes(method, m, k, n)
-        rows.append(row)
-        skip = _skip_reason(backend_name, method, device, dtype, m, k, n, flops, opts, estimator)
-        if skip is not None:
-            row.status, (row.skip_kind, row.reason) = "skipped", skip
+    for row in plan.rows:
+        backend_name, method = row.backend, row.method
+        row.seed, row.planted_outlier_cols = inputs.seed, inputs.planted_outliers
+        if row.status == "skipped":
             continue
         if any(p.key != BASELINE for p in ready) and _memory_short(reserve, prepared, cell_key):
             # the cell's runners do not all fit: time those built so far, free them, go on
@@ -222,9 +277,6 @@ def measure_cell(
         kept.nbytes = max(kept.nbytes + grown, floor)
         prepared.offer(cell_key, kept)
     del kept
-    for row in rows:
-        if (row.backend, row.method) != BASELINE or pending(*BASELINE):
-            yield _stamp(row)
 
 
 def _layer(item, case, opts, dtype, device, activations, prepared, layer_key) -> PreparedLayer:
