@@ -195,7 +195,7 @@ def _measure_plan(
     """Draw the cell's inputs (or take them from ``prepared``), build and check each planned
     row's runner, time them in cycles around the baseline, and fill the plan's rows in place."""
     item, device, dtype = plan.item, plan.device, plan.dtype
-    m, k, n, flops = plan.m, plan.k, plan.n, plan.flops  # noqa: F841 - n: the cell's shape
+    m, k, n, flops = plan.m, plan.k, plan.n, plan.flops
     todo = [(r.backend, r.method) for r in plan.rows]
     layer_key = (item.size.d_model, item.layer, item.dist)
     cell_key = (layer_key, m)
