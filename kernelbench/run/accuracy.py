@@ -24,13 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from kernelbench import oracle, quant
-from kernelbench.core import ACCURACY_STUDY, BASELINE, work_bytes, work_flops
+from kernelbench.core import ACCURACY_STUDY, BASELINE, STUDY_BACKEND, work_bytes, work_flops
 from kernelbench.quant import QuantConfig
 from kernelbench.results.schema import ResultRow
 from kernelbench.run.cases import Case, layer_inputs
 
 #: The backend name of the study's rows: the reference math of :mod:`kernelbench.quant`.
-REFERENCE_BACKEND = "reference"
+REFERENCE_BACKEND = STUDY_BACKEND
 STUDY_METHODS: tuple[str, ...] = tuple(m for m, _ in ACCURACY_STUDY)
 
 
