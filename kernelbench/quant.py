@@ -483,13 +483,14 @@ COLUMN_RANGE_BLOCK_ELEMENTS = 1 << 25
 
 def _col_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(min, max, max |t|) per column of a 2-D ``t``, in ``t``'s own dtype (exact), a block of
-    rows at a time (one min-max reduction per block, no full-size temporary)."""
+    rows at a time (two reductions per block, no full-size temporary)."""
     n, k = t.shape
     lo = torch.zeros(k, dtype=t.dtype, device=t.device)
     hi = torch.zeros(k, dtype=t.dtype, device=t.device)
     step = max(1, COLUMN_RANGE_BLOCK_ELEMENTS // max(k, 1))
     for start in range(0, n, step):
-        block_lo, block_hi = torch.aminmax(t[start : start + step], dim=0)
+        block = t[start : start + step]  # amin and amax: several times faster than aminmax on bf16
+        block_lo, block_hi = block.amin(0), block.amax(0)
         first = start == 0
         lo = block_lo if first else torch.minimum(lo, block_lo)
         hi = block_hi if first else torch.maximum(hi, block_hi)
