@@ -406,3 +406,21 @@ def test_custom_llm_int8_d4096_matches_oracle(make_outliers, make_randn, check_o
     check_oracle(y, "llm_int8", x, w, bias, cfg, what="custom/llm_int8 d=4096")
     ref = oracle.exact(x, w, bias)
     assert oracle.rel_frobenius(y, ref) < 0.02
+
+
+def test_accuracy_variants_are_known_methods_each_backend_skips_with_its_reason():
+    """``--methods smoothquant`` is no unknown name: every backend without a kernel for a
+    variant says so (or why it cannot run at all here), and the sweep plans the pair."""
+    from kernelbench.core import ACCURACY_VARIANTS
+    from kernelbench.run.plan import RunOptions, method_pairs
+
+    cpu = torch.device("cpu")
+    for name, backend in all_backends().items():
+        for method in ACCURACY_VARIANTS:
+            avail = backend.supports(method, cpu, BF16, 8, 64, 32)
+            assert not avail, (name, method)
+            assert "unknown method" not in avail.reason
+            if backend.availability(cpu):
+                assert f"does not implement {method!r}" in avail.reason
+    pairs = method_pairs(RunOptions(backends=("torch", "custom"), methods=("smoothquant",)))
+    assert ("custom", "smoothquant") in pairs and ("torch", "smoothquant") in pairs

@@ -31,7 +31,7 @@ import torch
 
 from kernelbench import quant
 from kernelbench.checks import check_activation, check_weight
-from kernelbench.core import INT8_STAGE_METHODS, METHODS
+from kernelbench.core import ALL_METHODS, INT8_STAGE_METHODS
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation, method_config
 
 __all__ = [
@@ -231,9 +231,11 @@ class Backend:
     def supports(
         self, method: str, device: torch.device, dtype: torch.dtype, m: int, k: int, n: int
     ) -> Availability:
-        """Whether ``method`` runs here for an (m x k) @ (k x n) layer in ``dtype``."""
-        if method not in METHODS:
-            return Availability.no(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+        """Whether ``method`` runs here for an (m x k) @ (k x n) layer in ``dtype``. Any method
+        of ``ALL_METHODS`` is known (the accuracy study's variants too); one the backend does
+        not implement is unsupported, with that reason."""
+        if method not in ALL_METHODS:
+            return Availability.no(f"unknown method {method!r}; known: {', '.join(ALL_METHODS)}")
         avail = self.availability(device)
         if not avail:
             return avail
