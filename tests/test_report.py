@@ -479,6 +479,10 @@ def test_frontier_points_are_speedup_against_error_ratio():
     # no error or no baseline error: nothing to place
     assert plots.speed_error_frontier(df.assign(baseline_rel_error=None), "ffn1", 8) is None
     assert plots.speed_error_frontier(df[df["method"] == "fp16"], "ffn1", 8) is None
+    # fp32 is shown as absolute time, never as a speedup: no point of its own
+    fp32 = make_row("fp32", "torch", rel_error=1e-7, baseline_rel_error=2e-3, speedup=0.4)
+    df32 = pd.DataFrame([dataclasses.asdict(r) for r in (rows[0], fp32)])
+    assert plots.speed_error_frontier(df32, "ffn1", 8) is None
 
 
 def test_log_axes_read_as_plain_numbers():

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
+from kernelbench.core import BASELINE, FP32
 from kernelbench.report import data
 
 DPI = 80
@@ -343,10 +344,10 @@ def accuracy_vs_size(study: pd.DataFrame) -> Figure | None:
         return None
     panels = sorted(df.groupby(["layer", "dist"]), key=lambda kv: (str(kv[0][0]), str(kv[0][1])))
     colours = _palette(df["method"])
-    base_method = data.BASELINE[1]
+    base_method = BASELINE[1]
     with _style():
         fig, axes = _new(len(panels), wrap=2, sharey=False, h=PANEL_H + 1.2)
-        fig.set_figwidth(max(fig.get_figwidth(), 9.0))
+        fig.set_figwidth(max(fig.get_figwidth(), 11.0))
         for ax, ((layer, dist), sub) in zip(axes, panels, strict=True):
             spread = sub.groupby(["method", "d_model"])["rel_error"].agg(["median", "min", "max"])
             ax.set_yscale("log")
@@ -391,7 +392,8 @@ def speed_error_frontier(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | 
     per backend x method, one panel per model size (the cell ``layer`` x ``tokens``)."""
     df = _cell(ok, layer, tokens).dropna(subset=["speedup", "rel_error", "baseline_rel_error"])
     df = df[(df["baseline_rel_error"] > 0) & (df["rel_error"] > 0) & (df["speedup"] > 0)]
-    df = df[df["method"] != data.BASELINE[1]]
+    # the baselines themselves are no point: fp32 is shown as absolute time, never as a speedup
+    df = df[~df["method"].isin((BASELINE[1], FP32[1]))]
     if df.empty:
         return None
     df = df.assign(error_ratio=df["rel_error"] / df["baseline_rel_error"])
