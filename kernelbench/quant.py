@@ -468,6 +468,19 @@ def smoothing_factors(
     return smoothing_from_maxima(absmax(calibration, 0, calibration.dtype), _col_range(w)[2], alpha)
 
 
+def smoothed_operands(
+    x: torch.Tensor, w: torch.Tensor, calibration: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SmoothQuant as a 16-bit model holds it: (``s``, ``x / s``, ``w * s``), each in its
+    operand's dtype. ``s`` is :func:`smoothing_factors` of ``calibration`` (default ``x``) and
+    ``w``, rounded to ``x``'s dtype; ``w * s`` is what the model stores (folded offline) and
+    ``x / s`` what the previous layer would output (its norm folds the division). A timed
+    SmoothQuant row is a vector-wise int8 kernel on these two operands."""
+    cal = x if calibration is None else calibration
+    s = smoothing_factors(cal, w).to(x.dtype)
+    return s, x / s, w * s.to(w.dtype)
+
+
 def smoothing_from_maxima(
     act_colmax: torch.Tensor, w_colmax: torch.Tensor, alpha: float = SMOOTHQUANT_ALPHA
 ) -> torch.Tensor:

@@ -42,7 +42,7 @@ import torch
 
 from kernelbench import freshness, oracle, quant
 from kernelbench.backends.base import Backend, Numerics, Runner
-from kernelbench.core import METHODS
+from kernelbench.core import ALL_METHODS, METHODS
 from kernelbench.quant import QuantConfig, method_config
 
 F64 = torch.float64
@@ -139,6 +139,9 @@ def assert_matches_oracle(
     numerics = numerics or Numerics()
     y, x, w = y.cpu(), x.cpu(), w.cpu()
     bias = bias.cpu() if bias is not None else None
+    if method == "smoothquant":  # the backend's vector-wise kernel on the smoothed operands
+        _, x, w = quant.smoothed_operands(x, w)
+        method = "vectorwise"
     kept_rows = kept_rows.cpu() if kept_rows is not None else None
     ref = oracle.emulate(method, x, w, bias, cfg, kept_rows).to(F64)
     if tuple(y.shape) != tuple(ref.shape):
@@ -262,9 +265,11 @@ def check_declaration(backend: Backend, device, gen) -> None:
 
     if not isinstance(backend.name, str) or not backend.name.isidentifier():
         raise ContractFailure(f"name must be an identifier, got {backend.name!r}")
-    unknown = [m for m in backend.methods if m not in METHODS]
+    unknown = [m for m in backend.methods if m not in ALL_METHODS]
     if not backend.methods or unknown:
-        raise ContractFailure(f"methods must be a non-empty subset of METHODS; unknown {unknown}")
+        raise ContractFailure(
+            f"methods must be a non-empty subset of ALL_METHODS; unknown {unknown}"
+        )
     if not isinstance(backend.numerics, Numerics):
         raise ContractFailure(f"numerics must be a Numerics, got {type(backend.numerics).__name__}")
     if set(backend.verified) - {"cpu", "cuda"}:
