@@ -358,7 +358,9 @@ class Backend:
         check_weight(weight, bias)
         mcfg = cfg.without_decomposition()
         s, x_smooth, w_smooth = quant.smoothed_operands(x, weight)
-        pw = self.prepare_weight(w_smooth, bias, mcfg, None)
+        with sharing_weights(None):  # w * s is this runner's own: nothing to share, nor to hold
+            pw = self.prepare_weight(w_smooth, bias, mcfg, None)
+        del w_smooth
         qa = self.quantize(x_smooth, pw, mcfg)
         acc = stage_accumulator(x.shape[0], pw.out_features, pw.in_features, x.device)
         return Runner(
