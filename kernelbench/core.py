@@ -82,6 +82,10 @@ ACCURACY_STUDY: tuple[tuple[str, str], ...] = (
     ("fp8_e4m3", "fp8 e4m3 row-wise"),
 )
 
+#: The backend name of the accuracy study's rows (the reference math of ``kernelbench.quant``);
+#: a run holding such rows gets the report's accuracy section.
+STUDY_BACKEND = "reference"
+
 #: Table 1: C4 validation perplexity of OPT-like models per method and size (model-level, for
 #: orientation beside the study's kernel-level errors). Keyed by method, then size name.
 TABLE1_PERPLEXITY: dict[str, dict[str, float]] = {

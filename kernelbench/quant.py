@@ -501,11 +501,107 @@ def smoothing_factors(
     (float64, shape (k,)), from the calibration rows ``X`` and all ``n`` rows of ``w``.
     ``x / s`` times ``(w * s).T`` is the same float product; both halves then span similar
     ranges, so per-token and per-channel int8 lose less on outlier dims."""
-    act = absmax(calibration, 0, torch.float64).clamp(min=SMOOTHING_FLOOR)
-    wmax = torch.zeros(w.shape[1], dtype=torch.float64, device=w.device)
-    for rows in row_blocks(*w.shape):
-        wmax = torch.maximum(wmax, absmax(w[rows], 0, torch.float64))
-    return act.pow(alpha) / wmax.clamp(min=SMOOTHING_FLOOR).pow(1 - alpha)
+    return smoothing_from_maxima(absmax(calibration, 0, calibration.dtype), _col_range(w)[2], alpha)
+
+
+def smoothed_operands(
+    x: torch.Tensor, w: torch.Tensor, calibration: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SmoothQuant as a 16-bit model holds it: (``s``, ``x / s``, ``w * s``), each in its
+    operand's dtype. ``s`` is :func:`smoothing_factors` of ``calibration`` (default ``x``) and
+    ``w``, rounded to ``x``'s dtype; ``w * s`` is what the model stores (folded offline) and
+    ``x / s`` what the previous layer would output (its norm folds the division). A timed
+    SmoothQuant row is a vector-wise int8 kernel on these two operands."""
+    cal = x if calibration is None else calibration
+    s = smoothing_factors(cal, w).to(x.dtype)
+    return s, x / s, w * s.to(w.dtype)
+
+
+def smoothing_from_maxima(
+    act_colmax: torch.Tensor, w_colmax: torch.Tensor, alpha: float = SMOOTHQUANT_ALPHA
+) -> torch.Tensor:
+    """:func:`smoothing_factors` from the per-input-dim maxima ``max|X_j|`` and ``max|W_j|``."""
+    act = act_colmax.to(torch.float64).clamp(min=SMOOTHING_FLOOR)
+    wmax = w_colmax.to(torch.float64).clamp(min=SMOOTHING_FLOOR)
+    return act.pow(alpha) / wmax.pow(1 - alpha)
+
+
+#: Elements :func:`_col_range` reduces at a time (views, no copies: large blocks reduce faster).
+COLUMN_RANGE_BLOCK_ELEMENTS = 1 << 25
+
+
+def _col_range(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(min, max, max |t|) per column of a 2-D ``t``, in ``t``'s own dtype (exact), a block of
+    rows at a time (two reductions per block, no full-size temporary)."""
+    n, k = t.shape
+    lo = torch.zeros(k, dtype=t.dtype, device=t.device)
+    hi = torch.zeros(k, dtype=t.dtype, device=t.device)
+    step = max(1, COLUMN_RANGE_BLOCK_ELEMENTS // max(k, 1))
+    for start in range(0, n, step):
+        block = t[start : start + step]  # amin and amax: several times faster than aminmax on bf16
+        block_lo, block_hi = block.amin(0), block.amax(0)
+        first = start == 0
+        lo = block_lo if first else torch.minimum(lo, block_lo)
+        hi = block_hi if first else torch.maximum(hi, block_hi)
+    return lo, hi, torch.maximum(hi.abs(), lo.abs())
+
+
+@dataclass(frozen=True)
+class OperandStatistics:
+    """What the accuracy variants read of all of ``x`` and all of ``w`` (and the calibration
+    rows): per-column ranges, exact in the operands' own dtypes. Computed once per layer
+    (:func:`operand_statistics`) and shared by every variant, so a 175B weight is read once,
+    not once per variant; the scales derived from them are the very ones a pass over the whole
+    operand in ``compute_dtype`` gives (min, max and abs commute with monotone rounding)."""
+
+    x_colmin: torch.Tensor  # (k,)
+    x_colmax: torch.Tensor  # (k,)
+    x_colabs: torch.Tensor  # (k,) max |x| per input dim
+    w_colmin: torch.Tensor  # (k,)
+    w_colmax: torch.Tensor  # (k,)
+    w_colabs: torch.Tensor  # (k,) max |w| per input dim, over all n output channels
+    calibration_colabs: torch.Tensor  # (k,) max |calibration| per input dim
+
+    def x_outliers(self, cfg: QuantConfig) -> torch.Tensor:
+        """:func:`outlier_mask` of ``x``."""
+        return _exceeds(self.x_colabs, cfg)
+
+    def kept(self, cfg: QuantConfig) -> torch.Tensor:
+        """:func:`outlier_columns` of the calibration rows: the dims kept in 16-bit."""
+        return _exceeds(self.calibration_colabs, cfg).nonzero().flatten()
+
+    def x_bounds(self, cd: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        return _bound(self.x_colmin, cd, min), _bound(self.x_colmax, cd, max)
+
+    def w_bounds(self, cd: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        return _bound(self.w_colmin, cd, min), _bound(self.w_colmax, cd, max)
+
+
+def _bound(col: torch.Tensor, cd: torch.dtype, pick) -> torch.Tensor:
+    """Min or max over a whole operand from its per-column one (0 for an empty operand)."""
+    if col.numel() == 0:
+        return torch.zeros((), dtype=cd, device=col.device)
+    return col.to(cd).amin() if pick is min else col.to(cd).amax()
+
+
+def _exceeds(colabs: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
+    if not cfg.decomposition:
+        return torch.zeros(colabs.shape, dtype=torch.bool, device=colabs.device)
+    colabs = colabs.float()
+    return colabs >= cfg.alpha if cfg.outlier_cmp.inclusive else colabs > cfg.alpha
+
+
+def operand_statistics(
+    x: torch.Tensor, w: torch.Tensor, calibration: torch.Tensor | None = None
+) -> OperandStatistics:
+    """One pass over ``x``, ``w`` and ``calibration`` (default ``x``) for every variant."""
+    x_lo, x_hi, x_abs = _col_range(x)
+    w_lo, w_hi, w_abs = _col_range(w)
+    if calibration is None or calibration is x:
+        cal_abs = x_abs
+    else:
+        cal_abs = absmax(calibration, 0, calibration.dtype)
+    return OperandStatistics(x_lo, x_hi, x_abs, w_lo, w_hi, w_abs, cal_abs)
 
 
 def quantize_fp8_rowwise(
@@ -528,23 +624,6 @@ def exact_int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     return a.to(torch.float64) @ b_nk.to(torch.float64).T
 
 
-def _tensor_bounds(w: torch.Tensor, cd: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(min, max) of ``w`` in blocks of rows (no full-size temporary of a 175B weight)."""
-    lo = torch.zeros((), dtype=cd, device=w.device)
-    hi = torch.zeros((), dtype=cd, device=w.device)
-    for rows in row_blocks(*w.shape):
-        block = w[rows].to(cd)
-        lo, hi = torch.minimum(lo, block.amin()), torch.maximum(hi, block.amax())
-    return lo, hi
-
-
-def _tensor_absmax(w: torch.Tensor, cd: torch.dtype) -> torch.Tensor:
-    amax = torch.zeros((), dtype=cd, device=w.device)
-    for rows in row_blocks(*w.shape):
-        amax = torch.maximum(amax, absmax(w[rows], None, cd))
-    return amax
-
-
 def _zeroed(t: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     if cols.numel() == 0:
         return t
@@ -563,6 +642,7 @@ def variant_forward(
     x_rows: torch.Tensor | None = None,
     w_rows: torch.Tensor | None = None,
     compute_dtype: torch.dtype = torch.float64,
+    stats: OperandStatistics | None = None,
 ) -> torch.Tensor:
     """The output of one accuracy variant (``core.ACCURACY_VARIANTS``), in ``compute_dtype``.
 
@@ -571,6 +651,8 @@ def variant_forward(
     ``calibration`` (default ``x``; also SmoothQuant's calibration rows). Only the output rows
     ``x_rows`` and columns ``w_rows`` (default: all) are computed, so a 175B layer's error can be
     sampled at a fraction of the cost with the very numbers a full product would give there.
+    ``stats`` (:func:`operand_statistics` of the same ``x``, ``w`` and ``calibration``) lets
+    several variants share one pass over the whole operands; without it the pass is made here.
     Integer products are exact; fp8 codes are exact in float64.
 
     * ``zeropoint``: zeropoint per tensor for ``x`` and ``w`` (eq. 1, 5).
@@ -591,53 +673,60 @@ def variant_forward(
     the sampling above.
     """
     cd = compute_dtype
-    calibration = x if calibration is None else calibration
+    if stats is None:
+        stats = operand_statistics(x, w, calibration)
     xs = x if x_rows is None else x[x_rows]
     ws = w if w_rows is None else w[w_rows]
     bs = None if bias is None else (bias if w_rows is None else bias[w_rows])
+    no_cols = torch.zeros(0, dtype=torch.int64, device=x.device)
     decomposed = method in ("rowwise_decomp", "zeropoint_llm_int8") and cfg.decomposition
     if decomposed:
-        kept = outlier_columns(calibration, cfg.alpha, cfg.outlier_cmp)
-        mask = outlier_mask(x, cfg.alpha, cfg.outlier_cmp)
+        kept = stats.kept(cfg)
+        mask = stats.x_outliers(cfg)
         mask[kept] = True
         cols = mask.nonzero().flatten()
     else:
-        kept = cols = torch.zeros(0, dtype=torch.int64, device=x.device)
+        kept = cols = no_cols
 
     if method in ("vectorwise", "llm_int8"):  # the timed methods' own math, sampled
         mcfg = method_config(method, cfg)
-        kept = outlier_columns(calibration, cfg.alpha, cfg.outlier_cmp)
-        pw = prepare_weight(ws, bs, mcfg, kept if mcfg.decomposition else None, cd)
-        qa = quantize_activation(xs, decomposition_columns(x, pw, mcfg), cd)
+        pw = prepare_weight(ws, bs, mcfg, stats.kept(cfg) if mcfg.decomposition else None, cd)
+        if mcfg.decomposition:  # decomposition_columns(x, pw, mcfg), from the shared pass
+            mask = stats.x_outliers(mcfg)
+            mask[pw.kept_rows] = True
+            x_cols = mask.nonzero().flatten()
+        else:
+            x_cols = no_cols
+        qa = quantize_activation(xs, x_cols, cd)
         outlier = outlier_product(qa, pw, cd)
         return dequantize(exact_int_product(qa.int8, pw.int8), qa, pw, outlier, cd, cd)
     if method == "absmax_torch":
-        xq = quantize_absmax(xs, absmax(x, None, cd), cd)
-        w_amax = _tensor_absmax(w, cd)
+        x_amax = _bound(stats.x_colabs, cd, max)
+        w_amax = _bound(stats.w_colabs, cd, max)
+        xq = quantize_absmax(xs, x_amax, cd)
         wq = quantize_absmax(ws, w_amax, cd)
         y = dequantize_outer(
-            exact_int_product(xq, wq), absmax(x, None, cd).expand(xs.shape[0]),
-            w_amax.expand(ws.shape[0]), cd,
-        )  # fmt: skip
+            exact_int_product(xq, wq), x_amax.expand(xs.shape[0]), w_amax.expand(ws.shape[0]), cd
+        )
     elif method == "zeropoint":
-        xq = quantize_zeropoint(xs, None, cd, bounds=_tensor_bounds(x, cd))
-        wq = quantize_zeropoint(ws, None, cd, bounds=_tensor_bounds(w, cd))
+        xq = quantize_zeropoint(xs, None, cd, bounds=stats.x_bounds(cd))
+        wq = quantize_zeropoint(ws, None, cd, bounds=stats.w_bounds(cd))
         y = zeropoint_matmul(xq, wq, cd)
     elif method in ("zeropoint_vectorwise", "zeropoint_llm_int8"):
         xq = quantize_zeropoint(_zeroed(xs, cols), 1, cd)
         wq = quantize_zeropoint(_zeroed(ws, kept), 1, cd)
         y = zeropoint_matmul(xq, wq, cd)
     elif method in ("rowwise", "rowwise_decomp"):
-        x_regular = _zeroed(x, cols)
-        x_amax = absmax(x_regular, None, cd)
-        x_regular = x_regular if x_rows is None else x_regular[x_rows]
-        xq = quantize_absmax(x_regular, x_amax, cd)
+        regular = torch.ones_like(stats.x_colabs, dtype=torch.bool)
+        regular[cols] = False
+        x_amax = _bound(stats.x_colabs[regular], cd, max)
+        xq = quantize_absmax(_zeroed(xs, cols), x_amax, cd)
         w_regular = _zeroed(ws, kept)
         w_amax = absmax(w_regular, 1, cd)
         wq = quantize_absmax(w_regular, w_amax[:, None], cd)
         y = dequantize_outer(exact_int_product(xq, wq), x_amax.expand(xs.shape[0]), w_amax, cd)
     elif method == "smoothquant":
-        s = smoothing_factors(calibration, w).to(cd)
+        s = smoothing_from_maxima(stats.calibration_colabs, stats.w_colabs).to(cd)
         xq, x_amax = quantize_rowwise(xs.to(cd) / s, cd)
         wq, w_amax = quantize_rowwise(ws.to(cd) * s, cd)
         y = dequantize_outer(exact_int_product(xq, wq), x_amax, w_amax, cd)

@@ -373,7 +373,7 @@ def test_misaligned_activation_gives_the_same_result(backend, methods_of, make_r
 def test_registry_lists_torch_and_custom():
     names = list(all_backends())
     assert names[:2] == ["torch", "custom"]
-    assert set(get_backend("torch").methods) == set(METHODS)
+    assert set(get_backend("torch").methods) == {*METHODS, "smoothquant"}
     assert {"int8_raw", "vectorwise", "llm_int8"} <= set(get_backend("custom").methods)
     with pytest.raises(KeyError, match="unknown backend"):
         get_backend("nope")
@@ -406,3 +406,83 @@ def test_custom_llm_int8_d4096_matches_oracle(make_outliers, make_randn, check_o
     check_oracle(y, "llm_int8", x, w, bias, cfg, what="custom/llm_int8 d=4096")
     ref = oracle.exact(x, w, bias)
     assert oracle.rel_frobenius(y, ref) < 0.02
+
+
+def test_accuracy_variants_are_known_methods_each_backend_skips_with_its_reason():
+    """``--methods smoothquant`` is no unknown name: every backend without a kernel for a
+    variant says so (or why it cannot run at all here), and the sweep plans the pair."""
+    from kernelbench.core import ACCURACY_VARIANTS
+    from kernelbench.run.plan import RunOptions, method_pairs
+
+    cpu = torch.device("cpu")
+    for name, backend in all_backends().items():
+        for method in ACCURACY_VARIANTS:
+            avail = backend.supports(method, cpu, BF16, 8, 64, 32)
+            if method in backend.methods and backend.availability(cpu):
+                assert avail, (name, method, avail.reason)
+                continue
+            assert not avail, (name, method)
+            assert "unknown method" not in avail.reason
+            if backend.availability(cpu):
+                assert f"does not implement {method!r}" in avail.reason
+    assert "smoothquant" in get_backend("custom").methods
+    assert "smoothquant" in get_backend("torch").methods
+    pairs = method_pairs(RunOptions(backends=("torch", "custom"), methods=("smoothquant",)))
+    assert ("custom", "smoothquant") in pairs and ("torch", "smoothquant") in pairs
+
+
+def _outlier_layer(seed: int = 5):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(48, 256, generator=gen)
+    x[:, [3, 77, 200]] = -torch.rand(48, 3, generator=gen) * 20 - 40  # App. C-like dims
+    w = torch.randn(96, 256, generator=gen) / 16
+    b = torch.randn(96, generator=gen) * 0.1
+    return x.to(BF16), w.to(BF16), b.to(BF16)
+
+
+@pytest.mark.parametrize("name", ["custom", "torch"])
+def test_smoothquant_is_the_vectorwise_kernel_on_smoothed_operands(name):
+    """The timed SmoothQuant row: bit for bit the backend's vector-wise kernel on ``x / s`` and
+    ``w * s``, with less error than plain vector-wise where outliers are planted."""
+    from kernelbench import quant
+
+    backend = get_backend(name)
+    x, w, b = _outlier_layer()
+    cfg = QuantConfig()
+    got = backend.runner("smoothquant", x, w, b, cfg).run()
+    _, xs, ws = quant.smoothed_operands(x, w)
+    want = backend.runner("vectorwise", xs, ws, b, cfg).run()
+    assert got.dtype == BF16 and torch.equal(got, want)
+    exact = oracle.exact(x, w, b)
+    plain = backend.runner("vectorwise", x, w, b, cfg).run()
+    assert oracle.rel_frobenius(got, exact) < 0.5 * oracle.rel_frobenius(plain, exact)
+
+
+def test_smoothed_operands_keep_the_float_product():
+    """``x / s`` times ``(w * s).T`` is the layer's product up to the 16-bit rounding of the
+    two smoothed operands."""
+    from kernelbench import quant
+
+    x, w, _ = _outlier_layer(7)
+    s, xs, ws = quant.smoothed_operands(x, w)
+    assert s.dtype == xs.dtype == ws.dtype == BF16
+    before = x.double() @ w.double().T
+    after = xs.double() @ ws.double().T
+    mag = x.double().abs() @ w.double().abs().T
+    assert ((after - before).abs() <= 2 * 2.0**-8 * mag).all()
+    assert not torch.equal(xs, x)  # the outlier dims were divided down
+    assert xs.float().abs().amax() < x.float().abs().amax() / 2
+
+
+def test_contract_holds_smoothquant_to_the_smoothed_vectorwise_oracle():
+    """The contract's check of a SmoothQuant output can fail: plain vector-wise is rejected."""
+    from kernelbench.backends.contract import ContractFailure, assert_matches_oracle
+
+    backend = get_backend("custom")
+    x, w, b = _outlier_layer(11)
+    cfg = QuantConfig()
+    problem = Problem("smoothquant", x, w, b, cfg)
+    assert_matches_oracle(backend.build(problem).run(), problem, what="smoothquant")
+    plain = backend.runner("vectorwise", x, w, b, cfg).run()
+    with pytest.raises(ContractFailure, match="outside the oracle tolerance"):
+        assert_matches_oracle(plain, problem, what="smoothquant")

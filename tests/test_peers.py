@@ -190,3 +190,30 @@ def test_torchao_compile(torchao_backend):
     assert r.compile_seconds > 0
     y = r.run()
     assert oracle.rel_frobenius(y, _torchao_emulate(x, w, b)) < BF16_TOL
+
+
+def _torchao_weight_only_emulate(x, w, b):
+    """torchao's int8 weight-only in float64: its per-row weight codes and scales (as in
+    :func:`_torchao_emulate`), the activations as they are."""
+    s = (w.abs().amax(1, keepdim=True) / 127.5).to(w.dtype).double()
+    wq = (w.double() * (1 / s)).round().clamp(-128, 127)
+    return x.double() @ (wq * s).T + b.double()
+
+
+def test_torchao_int8_weight_only(torchao_backend):
+    """W8A16: torchao's weight-only layer computes its own variant; with an outlier dim in the
+    activations it is far closer to the exact layer than its W8A8 one (the activations keep
+    16 bits, so the outlier costs the other dims of a token no precision)."""
+    x, w, b = _inputs(seed=8)
+    x[:, 5] = -50.0
+    r = torchao_backend.runner("int8_weight_only", x, w, b, QuantConfig())
+    assert "Int8WeightOnlyConfig" in r.variant
+    y = r.run()
+    assert y.dtype == x.dtype
+    assert oracle.rel_frobenius(y, _torchao_weight_only_emulate(x, w, b)) < BF16_TOL
+    exact = oracle.exact(x, w, b)
+    w8a8 = torchao_backend.runner("vectorwise", x, w, b, QuantConfig()).run()
+    assert oracle.rel_frobenius(y, exact) < 0.5 * oracle.rel_frobenius(w8a8, exact)
+    assert r.weight_bytes == w.numel() + w.shape[0] * 4 + b.numel() * 2
+    compiled = get_backend("torchao_compile")
+    assert not compiled.supports("int8_weight_only", torch.device("cpu"), x.dtype, 32, 64, 48)

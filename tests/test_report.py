@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import make_row
 
@@ -346,8 +348,9 @@ def _png_ok(uri: str) -> None:
 def test_images_decode(single):
     _, html = single
     images = _parse(html).images
-    # speedup vs d, speedup vs tokens, size x tokens heatmaps, stages, error, memory
-    assert len(images) == 6
+    # speedup vs d, speedup vs tokens, size x tokens heatmaps, stages, error, speed vs error,
+    # memory
+    assert len(images) == 7
     for uri in images:
         _png_ok(uri)
 
@@ -474,3 +477,105 @@ def test_compare_cells_show_the_speedup_their_verdict_judges(tmp_path):
     for c in slower:
         assert c["text"].startswith("0.600×") and "slower" in c["text"]
         assert speedup_color(0.6) in c.get("style", "")
+
+
+# --- the accuracy study and the speed-error frontier ----------------------------------------
+
+STUDY_SIZES = ((768, "125M"), (4096, "6.7B"))
+STUDY_ERRORS = {"absmax_torch": 40.0, "llm_int8": 4.0, "smoothquant": 11.0, "fp32": 0.05}
+
+
+def write_study(run_dir: Path, seeds: int = 3) -> Path:
+    """An accuracy study's rows: untimed, one per seed; each seed scales every error alike,
+    the 16-bit baseline's included."""
+    writer = ResultsWriter(run_dir)
+    untimed = dict(median_ms=None, baseline_ms=None, speedup=None, samples=0, tokens=2048)
+    for seed in range(seeds):
+        for d, _ in STUDY_SIZES:
+            base = 1.5e-3 * (1 + 0.1 * seed)
+            writer.append(make_row("fp16", "torch", d_model=d, seed=seed, rel_error=base,
+                                   baseline_rel_error=base, **untimed))  # fmt: skip
+            for method, times in STUDY_ERRORS.items():
+                err = base * times * (1 + 0.2 * seed)
+                writer.append(make_row(method, "torch" if method == "fp32" else "reference",
+                                       d_model=d, seed=seed, rel_error=err,
+                                       baseline_rel_error=base, **untimed))  # fmt: skip
+    (run_dir / ENV_FILE).write_text(json.dumps({"command": f"kernelbench accuracy {EVIL}"}))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> tuple[Path, str]:
+    run = write_study(tmp_path_factory.mktemp("study"))
+    path = write_report([run])
+    return run, path.read_text(encoding="utf-8")
+
+
+def test_accuracy_section_cells_are_the_seeds_median_ratio(study):
+    run, html = study
+    p = _parse(html)
+    assert "section-accuracy" in p.classes
+    cells = {
+        (c["data-method"], int(c["data-d-model"])): c for c in p.cells if c["kind"] == "accuracy"
+    }
+    for d, _ in STUDY_SIZES:
+        for method, times in STUDY_ERRORS.items():
+            # ratio per seed: times * (1 + 0.2 seed); median over seeds 0, 1, 2: times * 1.2
+            c = cells[(method, d)]
+            assert float(c["data-value"]) == pytest.approx(times * 1.2, rel=1e-12)
+            assert c["text"].startswith(f"{times * 1.2:.3g}×")
+            assert f"{times:.3g}–{times * 1.4:.3g}" in c["text"]  # the seeds' range
+        assert float(cells[("fp16", d)]["data-value"]) == pytest.approx(1.5e-3 * 1.1)
+    # Table 1's perplexity beside the sizes it has, as orientation
+    assert "ppl 87.76" in cells[("absmax_torch", 768)]["text"]
+    assert "ppl 13.24" in cells[("llm_int8", 4096)]["text"]
+    assert "ppl" not in cells[("smoothquant", 768)]["text"]
+    assert "model-level" in html
+    # one figure (error vs size), and no empty timed sections for an untimed run
+    assert len(p.images) == 1 and "Accuracy study: error vs model size" in html
+    assert "section-app-d1" not in p.classes and "no successful rows" not in html
+    assert EVIL not in html
+
+
+def test_timed_run_has_no_accuracy_section_but_a_frontier(single):
+    _, html = single
+    p = _parse(html)
+    assert "section-accuracy" not in p.classes and 'href="#accuracy"' not in html
+    assert "Speed against error" in html
+
+
+def test_frontier_points_are_speedup_against_error_ratio():
+    from kernelbench.report import plots
+
+    rows = [make_row("fp16", "torch", rel_error=2e-3, baseline_rel_error=2e-3, speedup=1.0)]
+    rows += [make_row("llm_int8", "custom", rel_error=8e-3, baseline_rel_error=2e-3, speedup=1.7)]
+    df = pd.DataFrame([dataclasses.asdict(r) for r in rows])
+    fig = plots.speed_error_frontier(df, "ffn1", 8)
+    assert fig is not None and fig.uri.startswith("data:image/png;base64,")
+    # no error or no baseline error: nothing to place
+    assert plots.speed_error_frontier(df.assign(baseline_rel_error=None), "ffn1", 8) is None
+    assert plots.speed_error_frontier(df[df["method"] == "fp16"], "ffn1", 8) is None
+    # fp32 is shown as absolute time, never as a speedup: no point of its own
+    fp32 = make_row("fp32", "torch", rel_error=1e-7, baseline_rel_error=2e-3, speedup=0.4)
+    df32 = pd.DataFrame([dataclasses.asdict(r) for r in (rows[0], fp32)])
+    assert plots.speed_error_frontier(df32, "ffn1", 8) is None
+
+
+def test_log_axes_read_as_plain_numbers():
+    """mathtext is off in report figures: the default 10^k labels would print as markup."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from kernelbench.report import plots
+
+    for lo, hi, want in ((1e-7, 0.2, {"1e-07", "0.001", "0.1"}), (1e-3, 0.05, {"0.002", "0.01"})):
+        fig = Figure()
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        ax.plot([1, 2], [lo, hi])
+        with plots._style():
+            plots._numeric_log_axis(ax, "y")
+            fig.canvas.draw()
+            labels = {t.get_text() for t in ax.get_yticklabels() if t.get_text()}
+        assert want <= labels, labels
+        assert not any("$" in t or "mathdefault" in t for t in labels)

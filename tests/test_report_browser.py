@@ -65,9 +65,9 @@ def dominant_share(png: Path) -> float:
     return counts.max() / packed.size
 
 
-def _screenshot(page: Path, tmp: Path) -> tuple[Path, list[str]]:
+def _screenshot(page: Path, tmp: Path, height: int = 3000) -> tuple[Path, list[str]]:
     shot = tmp / "shot.png"
-    proc = _chromium(page, tmp, f"--screenshot={shot}", "--window-size=1400,3000")
+    proc = _chromium(page, tmp, f"--screenshot={shot}", f"--window-size=1400,{height}")
     assert shot.exists(), f"no screenshot; chromium exited {proc.returncode}: {proc.stderr[-2000:]}"
     return shot, console_errors(proc.stderr)
 
@@ -93,7 +93,8 @@ def test_dom_rendered(reports, tmp_path):
     assert console_errors(proc.stderr) == []
     for marker in ('id="environment"', 'class="section-app-d1"', 'id="problems"'):
         assert marker in dom
-    assert dom.count("<img ") == 6  # speedup vs d, vs tokens, heatmaps, stages, error, memory
+    # speedup vs d, vs tokens, heatmaps, stages, error, speed vs error, memory
+    assert dom.count("<img ") == 7
     assert "<script" not in dom.lower()
 
 
@@ -109,3 +110,16 @@ def test_detector_sees_console_errors(tmp_path):
     shot, errors = _screenshot(bad, tmp_path)
     assert errors, "a CSP-blocked image should log to the console"
     assert dominant_share(shot) > 0.99  # and an empty page counts as blank
+
+
+def test_accuracy_section_renders(tmp_path):
+    """An accuracy study's report in Chromium: no console errors, the section and its figure
+    drawn (not blank)."""
+    from test_report import write_study
+
+    page = write_report([write_study(tmp_path / "study")])
+    shot, errors = _screenshot(page, tmp_path, height=900)  # the section's figure and table
+    assert errors == []
+    assert dominant_share(shot) < 0.93
+    dom = _chromium(page, tmp_path, "--dump-dom").stdout
+    assert 'id="accuracy"' in dom and dom.count("<img ") == 1

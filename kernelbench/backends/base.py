@@ -31,7 +31,7 @@ import torch
 
 from kernelbench import quant
 from kernelbench.checks import check_activation, check_weight
-from kernelbench.core import INT8_STAGE_METHODS, METHODS, not_implemented_reason
+from kernelbench.core import ALL_METHODS, INT8_STAGE_METHODS, not_implemented_reason
 from kernelbench.quant import (
     PreparedWeight,
     Problem,
@@ -214,8 +214,9 @@ class Backend:
 
     name: str = "?"
     description: str = ""
-    #: Methods this backend can run at all (before device/dtype/shape checks).
-    methods: tuple[str, ...] = INT8_STAGE_METHODS
+    #: Methods this backend can run at all (before device/dtype/shape checks). ``smoothquant``
+    #: is its vector-wise kernel on smoothed operands (:meth:`runner`).
+    methods: tuple[str, ...] = (*INT8_STAGE_METHODS, "smoothquant")
     #: Part of a sweep when ``--backends`` is not given. Off for backends whose one-off set-up
     #: (e.g. a minute of torch.compile per shape) would dominate a default sweep's time.
     in_default_sweep: bool = True
@@ -243,9 +244,11 @@ class Backend:
     def supports(
         self, method: str, device: torch.device, dtype: torch.dtype, m: int, k: int, n: int
     ) -> Availability:
-        """Whether ``method`` runs here for an (m x k) @ (k x n) layer in ``dtype``."""
-        if method not in METHODS:
-            return Availability.no(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+        """Whether ``method`` runs here for an (m x k) @ (k x n) layer in ``dtype``. Any method
+        of ``ALL_METHODS`` is known (the accuracy study's variants too); one the backend does
+        not implement is unsupported, with that reason."""
+        if method not in ALL_METHODS:
+            return Availability.no(f"unknown method {method!r}; known: {', '.join(ALL_METHODS)}")
         avail = self.availability(device)
         if not avail:
             return avail
@@ -323,6 +326,8 @@ class Backend:
         """Prepare ``method`` on these inputs; ``kept_rows`` are the calibrated outlier dims
         whose 16-bit weights ``llm_int8`` keeps (ignored by other methods)."""
         check_activation(x, weight)
+        if method == "smoothquant":
+            return self._smoothquant_runner(x, weight, bias, cfg)
         mcfg = method_config(method, cfg)
         if method not in INT8_STAGE_METHODS:
             raise ValueError(f"backend {self.name!r} has no runner for method {method!r}")
@@ -357,6 +362,34 @@ class Backend:
             stages=stages,
             weight_bytes=pw.nbytes,
             outlier_cols=int(qa.outlier_cols.numel()),
+        )
+
+    def _smoothquant_runner(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: QuantConfig
+    ) -> Runner:
+        """SmoothQuant W8A8 on this backend's vector-wise stages: the smoothing factors ``s``
+        calibrated on the activations the runner is built with, ``w * s`` prepared offline
+        (:func:`quant.smoothed_operands`), and ``x / s`` computed in the timed call. A model
+        folds that division into the previous layer's norm, so the timing is an upper bound by
+        one element-wise pass over ``x``; computing it in the call keeps the output following
+        the activations (:mod:`kernelbench.freshness`)."""
+        check_weight(weight, bias)
+        mcfg = cfg.without_decomposition()
+        s, x_smooth, w_smooth = quant.smoothed_operands(x, weight)
+        with sharing_weights(None):  # w * s is this runner's own: nothing to share, nor to hold
+            pw = self.prepare_weight(w_smooth, bias, mcfg, None)
+        del w_smooth
+        qa = self.quantize(x_smooth, pw, mcfg)
+        acc = stage_accumulator(x.shape[0], pw.out_features, pw.in_features, x.device)
+        return Runner(
+            run=lambda: self.linear(x / s, pw, mcfg),
+            stages={
+                "quantize": lambda: self.quantize(x / s, pw, mcfg),
+                "int8_matmul": lambda: self.int8_matmul(qa.int8, pw),
+                "dequantize": lambda: self.dequantize(acc, qa, pw, None),
+            },
+            weight_bytes=pw.nbytes + s.numel() * s.element_size(),
+            variant="x / s in the call, w * s folded offline (both in the layer dtype)",
         )
 
 

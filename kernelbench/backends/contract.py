@@ -34,6 +34,7 @@ The total is multiplied by ``(1 + u)`` for the final rounding of the error terms
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ import torch
 from kernelbench import oracle, quant
 from kernelbench.backends import freshness
 from kernelbench.backends.base import Backend, Numerics, Runner
-from kernelbench.core import METHODS
+from kernelbench.core import ALL_METHODS, METHODS
 from kernelbench.quant import Problem, QuantConfig
 
 F64 = torch.float64
@@ -132,6 +133,9 @@ def assert_matches_oracle(
     :class:`ContractFailure`."""
     numerics = numerics or Numerics()
     y, problem = y.cpu(), problem.cpu()
+    if problem.method == "smoothquant":  # the backend's vector-wise kernel, smoothed operands
+        _, xs, ws = quant.smoothed_operands(problem.x, problem.weight)
+        problem = dataclasses.replace(problem, method="vectorwise", x=xs, weight=ws)
     method, x, w, bias = problem.method, problem.x, problem.weight, problem.bias
     ref = oracle.emulate(problem).to(F64)
     if tuple(y.shape) != tuple(ref.shape):
@@ -249,9 +253,11 @@ def check_declaration(backend: Backend, device, gen) -> None:
 
     if not isinstance(backend.name, str) or not backend.name.isidentifier():
         raise ContractFailure(f"name must be an identifier, got {backend.name!r}")
-    unknown = [m for m in backend.methods if m not in METHODS]
+    unknown = [m for m in backend.methods if m not in ALL_METHODS]
     if not backend.methods or unknown:
-        raise ContractFailure(f"methods must be a non-empty subset of METHODS; unknown {unknown}")
+        raise ContractFailure(
+            f"methods must be a non-empty subset of ALL_METHODS; unknown {unknown}"
+        )
     if not isinstance(backend.numerics, Numerics):
         raise ContractFailure(f"numerics must be a Numerics, got {type(backend.numerics).__name__}")
     if set(backend.verified) - {"cpu", "cuda"}:

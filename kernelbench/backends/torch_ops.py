@@ -63,7 +63,7 @@ CUDA_DIM_MULTIPLE = 8
 class TorchBackend(Backend):
     name = "torch"
     description = "framework ops: torch._int_mm (oneDNN / cuBLASLt) + torch quantize/dequantize"
-    methods = METHODS
+    methods = (*METHODS, "smoothquant")
     verified = {"cpu": "reports/cpu-avx512vnni-2core (kept gpt3 run) and tests/test_backends.py"}
 
     def availability(self, device: torch.device) -> Availability:

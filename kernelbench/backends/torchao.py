@@ -7,9 +7,10 @@ weights, per-token int8 activations quantized on every call, the int8 product by
 ``torch._int_mm`` (oneDNN on CPU, measured with ``torch.profiler``: ``aten::_int_mm`` is called),
 then ``* x_scale`` (cast to the output dtype) ``* w_scale + bias``.
 
-Method: ``vectorwise`` only (torchao has no outlier decomposition, and its bare int8 product is
-``torch._int_mm``: the ``torch`` backend's ``int8_raw``). The variant it computes
-(``Runner.variant``), measured against :mod:`kernelbench.quant`:
+Methods: ``vectorwise`` (torchao has no outlier decomposition, and its bare int8 product is
+``torch._int_mm``: the ``torch`` backend's ``int8_raw``) and, eager only, ``int8_weight_only``
+(``Int8WeightOnlyConfig``: the same per-row int8 weights, 16-bit activations). The variant it
+computes (``Runner.variant``), measured against :mod:`kernelbench.quant`:
 
 * symmetric absmax, but the scale is ``absmax / 127.5`` (``(qmax - qmin) / 2`` for int8's
   [-128, 127]), **computed in the input's dtype** (bf16 here) and then stored as float32, and
@@ -44,6 +45,10 @@ VARIANT = (
     "torchao Int8DynamicActivationInt8WeightConfig: per-token/per-channel symmetric int8, "
     "scale = absmax/127.5 in the input dtype, range [-128, 127], torch._int_mm, no decomposition"
 )
+WEIGHT_ONLY_VARIANT = (
+    "torchao Int8WeightOnlyConfig: per-channel symmetric int8 weights, scale = absmax/127.5 in "
+    "the weight dtype, range [-128, 127]; activations stay 16-bit"
+)
 
 
 @cache
@@ -76,10 +81,20 @@ def _smoke_test_reason() -> str:
         )
 
 
-def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, set_inductor_config: bool):
+def quantized_linear(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    set_inductor_config: bool,
+    weight_only: bool = False,
+):
     """An ``nn.Linear`` holding ``weight``/``bias`` (their dtype and device), quantized by
-    torchao's int8 dynamic-activation int8-weight config, in eval mode."""
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    torchao's int8 dynamic-activation int8-weight config (``weight_only``: its int8
+    weight-only config), in eval mode."""
+    from torchao.quantization import (
+        Int8DynamicActivationInt8WeightConfig,
+        Int8WeightOnlyConfig,
+        quantize_,
+    )
 
     n, k = weight.shape
     # on the meta device, then given copies of weight and bias: initialising the parameters
@@ -88,7 +103,8 @@ def quantized_linear(weight: torch.Tensor, bias: torch.Tensor | None, set_induct
     lin.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
     if bias is not None:
         lin.bias = torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
-    quantize_(lin, Int8DynamicActivationInt8WeightConfig(set_inductor_config=set_inductor_config))
+    config = Int8WeightOnlyConfig if weight_only else Int8DynamicActivationInt8WeightConfig
+    quantize_(lin, config(set_inductor_config=set_inductor_config))
     return lin.eval()
 
 
@@ -103,7 +119,7 @@ def weight_bytes(lin: torch.nn.Linear) -> int:
 class TorchaoBackend(Backend):
     name = "torchao"
     library = "torchao"
-    methods = ("vectorwise",)
+    methods: tuple[str, ...] = ("vectorwise", "int8_weight_only")
     numerics = OWN_VARIANT
     compile: bool = False
     verified = {
@@ -136,10 +152,11 @@ class TorchaoBackend(Backend):
         reason, _ = _smoke_test()
         if reason:
             raise RuntimeError(reason)
+        weight_only = method == "int8_weight_only"
         lin = shared_weight(
             (weight, bias),
-            (self.name, "quantized_linear", self.compile),
-            lambda: quantized_linear(weight, bias, set_inductor_config=self.compile),
+            (self.name, "quantized_linear", self.compile, weight_only),
+            lambda: quantized_linear(weight, bias, self.compile, weight_only),
         )
         fn = lin
         compile_seconds = None
@@ -161,7 +178,8 @@ class TorchaoBackend(Backend):
         return Runner(
             run=run,
             weight_bytes=weight_bytes(lin),
-            variant=VARIANT + ("; torch.compile" if self.compile else "; eager"),
+            variant=(WEIGHT_ONLY_VARIANT if weight_only else VARIANT)
+            + ("; torch.compile" if self.compile else "; eager"),
             compile_seconds=compile_seconds,  # the first (compiling) call, never timed
         )
 

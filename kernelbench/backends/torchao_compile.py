@@ -15,6 +15,7 @@ from kernelbench.backends.torchao import TorchaoBackend
 
 class TorchaoCompileBackend(TorchaoBackend):
     name = "torchao_compile"
+    methods = ("vectorwise",)  # weight-only: eager only (its compiled path is not checked here)
     compile = True
     in_default_sweep = False  # ~75 s of compile per shape on 2 cores: ask for it by name
     #: its test runs only with KERNELBENCH_TEST_COMPILE=1 and no kept run includes it

@@ -132,9 +132,23 @@ def _cache_text(ok) -> str:
     return text
 
 
+def _accuracy(run: data.Run) -> dict | None:
+    """The accuracy section: the study's grids and its error-vs-size figure (None: no study)."""
+    if run.study.empty:
+        return None
+    figure = plots.accuracy_vs_size(run.study)
+    return {
+        "grids": tables.accuracy_grids(run.study),
+        "figures": [figure] if figure is not None else [],
+    }
+
+
 def _single(run: data.Run) -> dict:
     groups = []
-    for device_class, ok in sorted(run.ok.groupby("device_class"), key=lambda kv: str(kv[0])):
+    accuracy = _accuracy(run)
+    # a study's rows are untimed: the timed sections show the timed rows only
+    timed = run.ok if accuracy is None else run.ok[run.ok["median_ms"].notna()]
+    for device_class, ok in sorted(timed.groupby("device_class"), key=lambda kv: str(kv[0])):
         layer, tokens = data.main_cell(ok)
         cell = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)]
         peaks = data.peaks(run.env, str(device_class))
@@ -144,6 +158,7 @@ def _single(run: data.Run) -> dict:
             plots.speedup_heatmaps(ok, layer),
             plots.stage_bars(ok, layer, tokens),
             plots.error_vs_dmodel(ok, layer, tokens),
+            plots.speed_error_frontier(ok, layer, tokens),
             plots.memory_bars(ok, layer),
         ]
         groups.append(
@@ -170,6 +185,7 @@ def _single(run: data.Run) -> dict:
         "headline": headline(run.rows),
         "runs": [_run_info(run, "run")],
         "groups": groups,
+        "accuracy": accuracy,
         "problems": [{"run": "run", **p} for p in tables.problem_rows(run.not_ok)],
     }
 
@@ -209,6 +225,7 @@ def _compare(a: data.Run, b: data.Run) -> dict:
         "headline": [],
         "runs": [_run_info(a, "A"), _run_info(b, "B")],
         "groups": groups,
+        "accuracy": None,
         "unmatched": tables.unmatched_rows(a.ok, b.ok, keys),
         "unmatched_keys": keys,
         "problems": problems,

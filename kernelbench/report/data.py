@@ -12,20 +12,30 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernelbench.core import METHOD_LABELS, METHODS, PAPER_LAYER, PAPER_TOKENS
+from kernelbench.core import (
+    ACCURACY_STUDY,
+    BASELINE,
+    METHOD_LABELS,
+    METHODS,
+    PAPER_LAYER,
+    PAPER_TOKENS,
+    STUDY_BACKEND,
+)
 from kernelbench.core import STAGES as STAGES  # per-stage fields of ``stages_ms``, for plots
 from kernelbench.results.physics import peaks as peaks  # env.json's peaks, for the tables
-from kernelbench.results.schema import load_env
+from kernelbench.results.schema import load_env, read_run_rows, results_path
 from kernelbench.results.view import load_view
 
 
 @dataclass
 class Run:
-    """One run directory: its rows (all statuses) and its env.json (``{}`` when absent)."""
+    """One run directory: its rows (all statuses) and its env.json (``{}`` when absent);
+    ``study``: the rows of an accuracy study in it, one per seed (not pooled), else empty."""
 
     path: Path
     rows: pd.DataFrame
     env: dict = field(default_factory=dict)
+    study: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -51,7 +61,33 @@ def load_run(path: Path) -> Run:
     for col, default in (("stages_ms", None), ("reason", ""), ("size", "")):
         if col not in rows.columns:
             rows[col] = default
-    return Run(run_dir, rows, load_env(run_dir))
+    return Run(run_dir, rows, load_env(run_dir), study_rows(path))
+
+
+def study_rows(path: Path) -> pd.DataFrame:
+    """The accuracy study's rows of a run, every seed its own row (the pooled view keeps one
+    per key): its untimed ``STUDY_BACKEND`` rows and the 16-bit baseline's beside them. Empty
+    when the run holds no study."""
+    measured = pd.DataFrame(read_run_rows(results_path(path)).rows)
+    if measured.empty or not (measured["backend"] == STUDY_BACKEND).any():
+        return measured.iloc[0:0]
+    untimed = measured["median_ms"].isna() & measured["rel_error"].notna()
+    study = measured["backend"].isin((STUDY_BACKEND, BASELINE[0])) & untimed
+    return measured[study & (measured["status"] == "ok")].reset_index(drop=True)
+
+
+def study_methods(methods) -> list[str]:
+    """The study's methods in Table 1's order (``ACCURACY_STUDY``), then any other."""
+    order = [m for m, _ in ACCURACY_STUDY]
+    present = set(methods)
+    return [m for m in order if m in present] + sorted(present - set(order))
+
+
+def study_label(method: str) -> str:
+    """A study method in Table 1's wording (the 16-bit baseline as such)."""
+    if method == BASELINE[1]:
+        return "16-bit baseline"
+    return dict(ACCURACY_STUDY).get(method) or METHOD_LABELS.get(method, method)
 
 
 def method_sort_key(method: str) -> tuple[int, str]:

@@ -20,8 +20,9 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
+from kernelbench.core import BASELINE, FP32
 from kernelbench.report import data
 
 DPI = 80
@@ -327,3 +328,113 @@ def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | No
 
     uri = _backend_panels_over_dmodel(df, draw)
     return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", uri)
+
+
+def _numeric_log_axis(ax, axis: str = "y") -> None:
+    """A log axis whose ticks read as plain numbers (``0.001``, ``20``): with mathtext off
+    (:func:`_style`), matplotlib's default ``10^k`` labels would print as raw markup."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    wide = lo > 0 and hi / lo > 1e3  # many decades: one tick per decade
+    subs = (1.0,) if wide else (1.0, 2.0, 5.0)
+    target.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_locator(NullLocator())
+
+
+def accuracy_vs_size(study: pd.DataFrame) -> Figure | None:
+    """The accuracy study: relative error against float64 vs model size, one line per method
+    (median over seeds, shaded from the smallest to the largest seed), the 16-bit baseline as a
+    dashed line over a grey band (16-bit quality: at or below its error); one panel per layer
+    and distribution, log y."""
+    df = study.dropna(subset=["rel_error"])
+    df = df[df["rel_error"] > 0]
+    if df.empty:
+        return None
+    panels = sorted(df.groupby(["layer", "dist"]), key=lambda kv: (str(kv[0][0]), str(kv[0][1])))
+    colours = _palette(df["method"])
+    base_method = BASELINE[1]
+    with _style():
+        fig, axes = _new(len(panels), wrap=2, sharey=False, h=PANEL_H + 1.2)
+        fig.set_figwidth(max(fig.get_figwidth(), 11.0))
+        for ax, ((layer, dist), sub) in zip(axes, panels, strict=True):
+            spread = sub.groupby(["method", "d_model"])["rel_error"].agg(["median", "min", "max"])
+            ax.set_yscale("log")
+            base = spread.loc[base_method] if base_method in spread.index else None
+            for method in data.study_methods(sub["method"]):
+                if method in (base_method, FP32[1]):  # fp32: in the table, far below the band
+                    continue
+                m = spread.loc[method]
+                ax.plot(m.index, m["median"], marker="o", ms=3, color=colours[method],
+                        label=data.study_label(method))  # fmt: skip
+                ax.fill_between(m.index, m["min"], m["max"], color=colours[method], alpha=0.15,
+                                lw=0)  # fmt: skip
+            if base is not None:  # drawn last: its floor is the axis' own bottom
+                floor = min(ax.get_ylim()[0], float(base["min"].min()) / 2)
+                ax.fill_between(base.index, floor, base["max"], color="0.55", alpha=0.3, lw=0,
+                                label="at or below the 16-bit baseline", zorder=0)  # fmt: skip
+                ax.plot(base.index, base["median"], color="0.3", lw=1.2, ls="--",
+                        label="16-bit baseline")  # fmt: skip
+                ax.set_ylim(bottom=floor)
+            pairs = data.sizes(sub)
+            _dmodel_axis(ax, [d for d, _ in pairs])
+            ax.set_xticklabels([f"{s}\n{d}" if s else str(d) for d, s in pairs], fontsize=8)
+            _numeric_log_axis(ax, "y")
+            ax.set_ylabel("relative error against float64")
+            ax.set_title(f"layer {layer}, {dist}", fontsize=9)
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside right upper", fontsize=7)
+        uri = _encode(fig)
+    seeds = int(df.groupby(["method", "d_model", "layer", "dist"]).size().max())
+    return Figure(
+        "Accuracy study: error vs model size",
+        f"kernel-level error of one layer's output against float64 (relative Frobenius), "
+        f"median over {seeds} seed(s), shaded: smallest to largest seed; dashed: the 16-bit "
+        "baseline on the same inputs (median), grey band: at or below its largest error over "
+        "the seeds, i.e. 16-bit quality; 32-bit float, far below the band, is in the "
+        "table only",
+        uri,
+    )
+
+
+def speed_error_frontier(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
+    """Where each scheme sits: speedup over 16-bit against error relative to 16-bit, one point
+    per backend x method, one panel per model size (the cell ``layer`` x ``tokens``)."""
+    df = _cell(ok, layer, tokens).dropna(subset=["speedup", "rel_error", "baseline_rel_error"])
+    df = df[(df["baseline_rel_error"] > 0) & (df["rel_error"] > 0) & (df["speedup"] > 0)]
+    # the baselines themselves are no point: fp32 is shown as absolute time, never as a speedup
+    df = df[~df["method"].isin((BASELINE[1], FP32[1]))]
+    if df.empty:
+        return None
+    df = df.assign(error_ratio=df["rel_error"] / df["baseline_rel_error"])
+    sizes = data.sizes(df)
+    colours = _palette(df["method"])
+    backends = sorted(df["backend"].unique())
+    markers = dict(zip(backends, ["o", "s", "^", "D", "v", "P", "X", "*"] * 4, strict=False))
+    with _style():
+        fig, axes = _new(len(sizes), wrap=3, sharey=False)
+        for ax, (d, name) in zip(axes, sizes, strict=True):
+            sub = df[df["d_model"] == d]
+            for r in sub.itertuples(index=False):
+                ax.scatter(r.error_ratio, r.speedup, color=colours[r.method], s=36,
+                           marker=markers[r.backend], edgecolor="black", linewidth=0.4,
+                           label=f"{r.backend} · {r.method}")  # fmt: skip
+            ax.axhline(1.0, color="black", lw=0.8, ls=":")
+            ax.axvline(1.0, color="black", lw=0.8, ls=":")
+            _numeric_log_axis(ax, "x")
+            ax.set_xlabel("error / 16-bit baseline's")
+            ax.set_ylabel("speedup over 16-bit")
+            ax.set_title(f"{name} (d={d})", fontsize=9)
+        legend = {}
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(label, handle)
+        fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
+        uri = _encode(fig)
+    return Figure(
+        "Speed against error",
+        f"layer {layer}, {tokens} tokens; one point per backend · method (marker: backend); up is "
+        "faster, left is closer to 16-bit quality; dotted lines: the 16-bit baseline",
+        uri,
+    )

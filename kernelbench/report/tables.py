@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from kernelbench.core import TABLE1_PERPLEXITY
 from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.verdict import speed_verdict
@@ -241,6 +242,51 @@ def error_grids(ok: pd.DataFrame) -> list[Grid]:
         "integer product); llm_int8: outlier columns detected beside those the inputs planted"
     )
     return _backend_grids(ok, "error", caption, cells)
+
+
+def accuracy_grids(study: pd.DataFrame) -> list[Grid]:
+    """The accuracy study per layer and distribution: methods x sizes, each method's error
+    divided by the 16-bit baseline's on the same inputs (median over seeds, the seeds' range
+    beside it) and Table 1's perplexity where the paper has that method and size; the first row
+    is the 16-bit baseline's own error."""
+    grids = []
+    base_method = data.BASELINE[1]
+    for (layer, dist), df in sorted(study.groupby(["layer", "dist"]), key=lambda kv: str(kv[0])):
+        dims, columns = _columns(df)
+        names = dict(data.sizes(df))
+        ratio = df["rel_error"] / df["baseline_rel_error"].where(df["baseline_rel_error"] > 0)
+        per = df.assign(ratio=ratio).groupby(["method", "d_model"])
+        spread = per["ratio"].agg(["median", "min", "max", "count"])
+        base = per["rel_error"].agg(["median", "min", "max"])
+
+        def cell(method: str, d: int, spread=spread, base=base, names=names) -> Cell:
+            if method == base_method:
+                if (method, d) not in base.index:
+                    return Cell("–")
+                b = base.loc[(method, d)]
+                return Cell(f"{b['median']:.2e}", f"{b['min']:.2e}–{b['max']:.2e}",
+                            attrs=_cell_attrs("", method, d, float(b["median"])))  # fmt: skip
+            if (method, d) not in spread.index or _missing(spread.loc[(method, d), "median"]):
+                return Cell("–", attrs=_cell_attrs("", method, d, None))
+            r = spread.loc[(method, d)]
+            ppl = TABLE1_PERPLEXITY.get(method, {}).get(names.get(d, ""))
+            note = f"{r['min']:.3g}–{r['max']:.3g}" + (f" · ppl {ppl:.2f}" if ppl else "")
+            value = float(r["median"])
+            return Cell(f"{value:.3g}×", note, attrs=_cell_attrs("", method, d, value))
+
+        rows = [
+            Row(data.study_label(m), m, [cell(m, d) for d in dims])
+            for m in [base_method, *data.study_methods(set(df["method"]) - {base_method})]
+        ]
+        seeds = int(spread["count"].max()) if not spread.empty else 0
+        caption = (
+            f"layer {layer}, {dist}: error against float64 divided by the 16-bit baseline's on the "
+            f"same inputs, median over {seeds} seed(s), the seeds' range beside it (first row: "
+            "the 16-bit baseline's own relative error); ppl: Table 1's C4 perplexity of OPT "
+            "models, model-level, beside these kernel-level errors for orientation only"
+        )
+        grids.append(Grid("accuracy study", caption, columns, rows, "accuracy"))
+    return grids
 
 
 def memory_grid(ok: pd.DataFrame) -> Grid | None:

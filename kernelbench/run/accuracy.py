@@ -2,8 +2,9 @@
 against the float64 product next to the 16-bit baseline's, no timing.
 
 Each (size, seed) draws one layer's inputs as a run does (:func:`cases.layer_inputs`, the case
-seed offset by the seed index), quantizes with statistics over all ``tokens`` rows of ``x`` and
-all of the weight (:func:`kernelbench.quant.variant_forward`), and computes the output only on
+seed offset by the seed index), reads all ``tokens`` rows of ``x`` and all of the weight once
+(:func:`kernelbench.quant.operand_statistics`, shared by every method), quantizes with those
+statistics (:func:`kernelbench.quant.variant_forward`), and computes the output only on
 ``error_rows`` x ``error_cols`` sampled entries: the float64 oracle of a 175B layer stays cheap,
 and every sampled entry is the one a full product would give. Outputs are rounded to the layer's
 16-bit dtype, as a kernel's are. Rows use the run schema (``backend="reference"``; the baseline
@@ -23,13 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from kernelbench import oracle, quant
-from kernelbench.core import ACCURACY_STUDY, BASELINE, work_bytes, work_flops
+from kernelbench.core import ACCURACY_STUDY, BASELINE, STUDY_BACKEND, work_bytes, work_flops
 from kernelbench.quant import QuantConfig
 from kernelbench.results.schema import ResultRow
 from kernelbench.run.cases import Case, layer_inputs
 
 #: The backend name of the study's rows: the reference math of :mod:`kernelbench.quant`.
-REFERENCE_BACKEND = "reference"
+REFERENCE_BACKEND = STUDY_BACKEND
 STUDY_METHODS: tuple[str, ...] = tuple(m for m, _ in ACCURACY_STUDY)
 
 
@@ -55,14 +56,14 @@ def _sample(count: int, limit: int, gen: torch.Generator) -> torch.Tensor:
     return torch.randperm(count, generator=gen)[:limit].sort().values
 
 
-def _output(method: str, x, w, b, calibration, x_rows, w_rows, cfg, dtype) -> torch.Tensor:
+def _output(method: str, x, w, b, calibration, x_rows, w_rows, cfg, dtype, stats) -> torch.Tensor:
     """The method's output on the sampled entries, in the layer dtype."""
     xs, ws, bs = x[x_rows], w[w_rows], b[w_rows]
     if method == "fp16":
         return F.linear(xs, ws, bs)
     if method == "fp32":
         return F.linear(xs.float(), ws.float(), bs.float())
-    y = quant.variant_forward(method, x, w, b, cfg, calibration, x_rows, w_rows)
+    y = quant.variant_forward(method, x, w, b, cfg, calibration, x_rows, w_rows, stats=stats)
     return y.to(dtype)
 
 
@@ -83,12 +84,14 @@ def study(opts: StudyOptions, device_class: str, on_row: Callable[[ResultRow], N
             x_rows = _sample(x.shape[0], opts.error_rows, gen)
             w_rows = _sample(n, opts.error_cols, gen)
             exact = oracle.exact(x[x_rows], li.weight[w_rows], li.bias[w_rows])
-            outliers = int(quant.outlier_mask(x, opts.cfg.alpha, opts.cfg.outlier_cmp).sum())
+            # one pass over the whole operands, shared by every method of this (size, seed)
+            stats = quant.operand_statistics(x, li.weight, li.calibration)
+            outliers = int(stats.x_outliers(opts.cfg).sum())
             base_err = None
             for method in ("fp16", *(m for m in opts.methods if m != "fp16")):
                 y = _output(
                     method, x, li.weight, li.bias, li.calibration, x_rows, w_rows,
-                    opts.cfg, opts.dtype,
+                    opts.cfg, opts.dtype, stats,
                 )  # fmt: skip
                 err = oracle.rel_frobenius(y, exact)
                 base_err = err if method == "fp16" else base_err

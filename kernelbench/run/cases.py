@@ -382,7 +382,7 @@ def layer_inputs(
     else:
         raise InputError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}, file:")
     wgen = _sub_generator(seed, "weight")
-    weight = torch.randn(n, k, generator=wgen) / k**0.5
+    weight = torch.randn(n, k, generator=wgen).div_(k**0.5)  # in place: no second 175B copy
     bias = torch.randn(n, generator=wgen) * 0.1
     return LayerInputs(
         x=x.to(dtype).to(device).contiguous(),

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from kernelbench.backends import all_backends
-from kernelbench.core import BASELINE, FP32, METHODS
+from kernelbench.core import ALL_METHODS, BASELINE, FP32, METHODS
 from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import QuantConfig
 from kernelbench.run.cases import Case, Size, load_activation_file
@@ -129,9 +129,9 @@ def method_pairs(opts: RunOptions) -> list[tuple[str, str]]:
     unknown = [b for b in backends if b not in all_backends()]
     if unknown:
         raise ValueError(f"unknown backend(s) {unknown}; known: {', '.join(all_backends())}")
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if m not in ALL_METHODS]
     if bad:
-        raise ValueError(f"unknown method(s) {bad}; known: {', '.join(METHODS)}")
+        raise ValueError(f"unknown method(s) {bad}; known: {', '.join(ALL_METHODS)}")
     pairs = [(b, m) for b in backends for m in methods]
     first = [p for p in (BASELINE, FP32) if p in pairs]
     return first + [p for p in pairs if p not in first]
