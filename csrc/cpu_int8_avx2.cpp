@@ -26,7 +26,6 @@ constexpr int kMR = 6;      // rows of A per micro-kernel call
 constexpr int kKC = 512;    // k values per block (even)
 constexpr int kNCp = 8;     // panels (of 16 columns) per L2 chunk
 constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the decode path prefetches weights
-constexpr int64_t kStreamRows = 32;       // up to this many rows of A, the decode path
 
 template <DType D>
 inline __m256 load8(const void* base, int64_t i) {
@@ -325,7 +324,7 @@ bool quantize_rows(const void* x, DType dt, int64_t m, int64_t k, const uint8_t*
   }
 }
 
-// Decode (m <= kStreamRows): the weights stream from memory, each used by few rows. A is
+// Decode (m <= stream_rows()): the weights stream from memory, each used by few rows. A is
 // converted to int16 once, whole; each thread reads its panels whole, one after the other (a
 // single sequential stream, prefetched ahead), every 6-row slice of A multiplying a panel while
 // it is in cache, and finishes kNCp panels at a time. The int32 sums are those of the blocked
@@ -371,7 +370,7 @@ static void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* pa
 
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
-  if (m > 0 && m <= kStreamRows) return gemm_small_m(a, m, k, packed_b, n, c, ep);
+  if (m > 0 && m <= stream_rows()) return gemm_small_m(a, m, k, packed_b, n, c, ep);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels;
   // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
