@@ -229,19 +229,20 @@ std::vector<uint8_t> pack_a(const int8_t* a, int64_t m, int64_t k) {
 }
 
 // Decode (0 < m <= stream_rows()): the weights stream from memory, each byte used by few rows,
-// so each is read once. Each thread takes its range of panels two at a time, over the whole k
-// (two sequential streams, prefetched ahead, the first row slice pulling them from memory and
-// the others reading them from L2), and finishes kNCp panels at a time. No k blocking: the sums
-// stay in registers until the correction is taken off, the same exact integers as the blocked
-// path.
+// so each is read once. Each thread takes its range of panels two at a time (two sequential
+// streams, prefetched ahead) and finishes kNCp panels at a time. With one row slice (m <= kMR)
+// a panel pair is read over the whole k at once, its sums in registers throughout; with more,
+// kKC k values at a time, which the first row slice pulls from memory and the others read from
+// cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
+// halved the throughput). The same exact integers as the blocked path.
 void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
   const PackedLayout L(n, k);
   const int64_t panel_bytes = L.panel_bytes();
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const std::vector<uint8_t> ap = pack_a(a, m, k);
-  const int64_t block_bytes = (k + 3) / 4 * kQuadBytes, nq = L.pairs / 2;
-  const bool half = L.pairs % 2 != 0;
+  const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
+  const int64_t kc_max = m > kMR ? kKC : k;
   constexpr int64_t sld = kNCp * 16;
 #pragma omp parallel
   {
@@ -253,14 +254,20 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
       for (int64_t p = pc0; p < pc1; p += 2) {
         const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
         const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
-        __m512i comp[2];
-        for (int i = 0; i < np; ++i) comp[i] = _mm512_loadu_si512(sums + (p + i) * 16);
-        for (int64_t r0 = 0; r0 < m; r0 += kMR) {
-          const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
-          tile_kernel(R, np, r0 == 0)(ap.data() + r0 / kMR * block_bytes,
-                                      packed_b + p * panel_bytes, panel_bytes, nq, half, comp,
-                                      tile.data() + r0 * sld + (p - pc0) * 16, sld, last_cols,
-                                      false);
+        for (int64_t k0 = 0; k0 < k; k0 += kc_max) {
+          const int64_t kc = std::min(kc_max, k - k0), kp = (kc + 1) / 2;
+          const bool last_block = k0 + kc_max >= k;
+          __m512i comp[2];  // the correction, taken off with the last k block
+          for (int i = 0; i < np; ++i)
+            comp[i] = last_block ? _mm512_loadu_si512(sums + (p + i) * 16) : _mm512_setzero_si512();
+          const int8_t* bp = packed_b + p * panel_bytes + k0 / 2 * PackedLayout::kPairBytes;
+          for (int64_t r0 = 0; r0 < m; r0 += kMR) {
+            const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
+            tile_kernel(R, np, r0 == 0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
+                                        bp, panel_bytes, kp / 2, kp % 2 != 0, comp,
+                                        tile.data() + r0 * sld + (p - pc0) * 16, sld, last_cols,
+                                        k0 > 0);
+          }
         }
       }
       finish_tile(ep, avx2::dequantize_block, c, n, tile.data(), sld, 0, m, pc0 * 16,
