@@ -12,9 +12,11 @@
 //
 // Blocking: each thread owns a range of 16-column panels; within it, chunks of kNCp panels x kKC
 // k values of the packed weights stay in L2 while kMR-row slices of A sweep past, two panels at a
-// time (kMR x 2 zmm accumulators). Up to stream_rows() rows of A (decode), gemm_small_m streams
-// the weights instead: each pair of panels read once over the whole k, prefetched ahead, while
-// every kMR-row slice of A multiplies it from cache.
+// time (kMR x 2 zmm accumulators). The first row slice of a chunk, which pulls it from memory,
+// prefetches it ahead (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384
+// and 12288 x 49152 weights ran 1.1-2.9x slower on one Zen 5 core). Up to stream_rows() rows of
+// A (decode), gemm_small_m streams the weights instead: each pair of panels read once, prefetched
+// ahead, while every kMR-row slice of A multiplies it from cache.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -234,7 +236,10 @@ std::vector<uint8_t> pack_a(const int8_t* a, int64_t m, int64_t k) {
 // a panel pair is read over the whole k at once, its sums in registers throughout; with more,
 // kKC k values at a time, which the first row slice pulls from memory and the others read from
 // cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
-// halved the throughput). The same exact integers as the blocked path.
+// halved the throughput). The same exact integers as the blocked path. Against the (prefetching)
+// blocked path on one Zen 5 core, CPU time: 0.93-0.94x the time at m = 1-8 with 12288 x 49152
+// weights, 0.98-0.99 with 4096 x 16384, 0.97-1.02 at m = 16-48 (so the crossover is flat there
+// and stream_rows stays at the AVX2 set's 32).
 void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
   const PackedLayout L(n, k);
@@ -315,7 +320,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           for (int64_t p = pc0; p < pc1; p += 2) {
             const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
             const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
-            tile_kernel(R, np, false)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
+            tile_kernel(R, np, r0 == 0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
               block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
               tile + (p - pc0) * 16, sld, last_cols, k0 > 0);
           }
