@@ -8,7 +8,7 @@
 // weights stay in L2 while 6-row slices of A (converted to int16 once per chunk) sweep past; the
 // first slice, which pulls the chunk from memory, prefetches it ahead (at 4096 x 16384 weights
 // on one AVX2 core, as run on a Zen 5: 0.54, 0.80, 0.89, 0.95x the time at m = 8, 32, 64, 128).
-// Up to 32 rows (decode) the weights are streamed instead: each panel read once, whole, with
+// Up to stream_rows() rows (decode) the weights are streamed instead: each panel read once, whole, with
 // software prefetch (gemm_small_m).
 #include <immintrin.h>
 #include <omp.h>
