@@ -322,6 +322,7 @@ FUSED_SHAPES = [
     (3, 4099, 31),
     (4, 515, 257),
     (37, 2051, 40),
+    (19, 4099, 107),  # 7 panels: a one-panel tile at the end of a chunk, on one thread or two
 ]
 
 
@@ -497,6 +498,7 @@ INT32_SHAPES = [
     (13, 4099, 290),
     (25, 2050, 129),
     (1030, 37, 1100),
+    (40, 2051, 107),
 ]
 
 
