@@ -14,6 +14,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -209,6 +210,13 @@ void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, 
 
 }  // namespace scalar
 
+namespace {
+std::atomic<int64_t> g_stream_rows{kDefaultStreamRows};
+}  // namespace
+
+int64_t stream_rows() { return g_stream_rows.load(std::memory_order_relaxed); }
+void set_stream_rows(int64_t rows) { g_stream_rows.store(rows, std::memory_order_relaxed); }
+
 void dequantize_rows(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                      DType out_dt, DequantizeBlockFn block) {
   std::vector<float> col_scale;
@@ -379,6 +387,12 @@ PYBIND11_MODULE(_cpu, m) {
   m.def("isa", [] { return std::string(g_kernels->name); },
         "Kernel set in use: 'avx512vnni', 'avx2' or 'scalar'.");
   m.def("set_isa", &set_kernel_set, "Force the kernel set (tests compare them).");
+  m.def("stream_rows", &kb::stream_rows,
+        "Up to this many rows of A, the GEMMs' decode path (weights streamed once per call).");
+  m.def("set_stream_rows", [](int64_t rows) {
+    if (rows < 0) throw std::invalid_argument("stream_rows must be >= 0");
+    kb::set_stream_rows(rows);
+  }, "Set the decode path's row limit (0: always the blocked path); for tests and tuning.");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
   m.def("packed_bytes", [](int64_t n, int64_t k) { return kb::PackedLayout(n, k).bytes(); });

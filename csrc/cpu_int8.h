@@ -52,6 +52,15 @@ inline float quant_scale(float amax) {
   return amax > 0.f ? 127.f / (amax * quant_prescale(amax)) : 0.f;
 }
 
+// Up to this many rows of A (a decode step or a small batch) the GEMMs of the AVX2 and VNNI sets
+// take their decode path: each thread streams its panels of the weights once, whole, with
+// software prefetch, every row of A multiplying a panel while it is in cache; above it, the
+// blocked (prefill) path. Both give the same exact int32 sums. set_stream_rows changes it (0:
+// always the blocked path), for tests that compare the two paths and for measuring the crossover.
+constexpr int64_t kDefaultStreamRows = 32;
+int64_t stream_rows();
+void set_stream_rows(int64_t rows);
+
 // Passes over fewer elements than this (a decode step's activations) run on the calling thread:
 // an OpenMP team costs a fork and a barrier, and on a busy machine a barrier waits for a
 // descheduled thread.

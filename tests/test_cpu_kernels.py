@@ -322,6 +322,7 @@ FUSED_SHAPES = [
     (3, 4099, 31),
     (4, 515, 257),
     (37, 2051, 40),
+    (19, 4099, 107),  # 7 panels: a one-panel tile at the end of a chunk, on one thread or two
 ]
 
 
@@ -497,6 +498,7 @@ INT32_SHAPES = [
     (13, 4099, 290),
     (25, 2050, 129),
     (1030, 37, 1100),
+    (40, 2051, 107),
 ]
 
 
@@ -513,3 +515,58 @@ def test_int32_gemm_is_the_exact_product_on_every_kernel_set(gen, isa_restored, 
         got = cpu_ext.gemm(a, packed, n)
         assert got.dtype == torch.int32 and got.shape == (m, n)
         assert torch.equal(got.to(torch.int64), exact), isa
+
+
+# --- the decode path (m <= stream_rows) against the blocked path ------------------------------
+
+
+@pytest.fixture
+def stream_rows_restored():
+    before = cpu_ext.stream_rows()
+    yield
+    cpu_ext.set_stream_rows(before)
+
+
+# k: odd (a half quad and an odd pair at the end), across the 512 / 2048 k blocks of the blocked
+# paths; n: a partial last panel, an odd number of panels (a one-panel tile after the pairs),
+# more than one 8-panel chunk per thread.
+DECODE_KN = [(37, 33), (4099, 290)]
+
+
+@pytest.mark.parametrize("k, n", DECODE_KN)
+def test_decode_path_gives_the_blocked_paths_numbers_for_every_m_up_to_32(
+    gen, isa_restored, stream_rows_restored, k, n
+):
+    assert cpu_ext.stream_rows() >= 32  # every m below runs on the decode path by default
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    w[-1] = -128
+    packed = cpu_ext.pack_weight(w)
+    a_all = torch.randint(-128, 128, (32, k), dtype=torch.int8, generator=gen)
+    a_all[0] = -128  # the largest products, on the excess-128 correction's edge
+    row_all = torch.rand(32, generator=gen) + 0.5
+    row_all[5] = 1e-38  # a row on the float64-scale path
+    col = (torch.rand(n, generator=gen) + 0.5) * 1e-3 / k**0.5
+    bias = torch.randn(n, generator=gen)
+    for m in range(1, 33):
+        a, row = a_all[:m].contiguous(), row_all[:m].contiguous()
+        exact = (a.double() @ w.double().T).to(torch.int64)
+        dq = cpu_ext.Dequant(row, col, torch.bfloat16, bias)
+        fused = {}
+        for isa in kernel_sets_here():
+            cpu_ext.set_isa(isa)
+            for rows in (32, 0):  # the decode path, then the blocked path
+                cpu_ext.set_stream_rows(rows)
+                got = cpu_ext.gemm(a, packed, n)
+                assert torch.equal(got.to(torch.int64), exact), (isa, m, rows)
+                fused[isa, rows] = bits(cpu_ext.linear(a, packed, n, dq))
+        first = next(iter(fused.values()))
+        for key, out in fused.items():
+            assert torch.equal(out, first), (key, m)
+
+
+def test_stream_rows_rejects_bad_values(stream_rows_restored):
+    for bad in (-1, 1.5, True, "8"):
+        with pytest.raises(InputError, match="stream_rows must be an integer >= 0"):
+            cpu_ext.set_stream_rows(bad)
+    cpu_ext.set_stream_rows(0)
+    assert cpu_ext.stream_rows() == 0

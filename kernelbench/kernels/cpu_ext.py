@@ -45,6 +45,21 @@ def set_isa(name: str) -> None:
     _ext.set_isa(name)
 
 
+def stream_rows() -> int:
+    """Up to this many rows of A the GEMMs take their decode path (the weights streamed once per
+    call); above it, the blocked path. Both give the same exact int32 sums."""
+    return _ext.stream_rows()
+
+
+def set_stream_rows(rows: int) -> None:
+    """Move the decode path's row limit (0: always the blocked path): tests compare the two paths
+    bit for bit with it, and ``tests/bench/ab_decode.py`` measures where one overtakes the
+    other."""
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise InputError(f"stream_rows must be an integer >= 0, got {rows!r}")
+    _ext.set_stream_rows(rows)
+
+
 def _sync_threads() -> None:
     # One thread count for torch (oneDNN/MKL) and our OpenMP kernels: the harness pins it.
     n = torch.get_num_threads()

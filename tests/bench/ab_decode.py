@@ -1,0 +1,120 @@
+"""Paired A/B of the CPU GEMM's decode path against its blocked path, at decode batch sizes.
+
+Per shape (m tokens, ffn1 of width d: k = d, n = 4d) in one process: the fused int8 GEMM +
+dequantization (``cpu_ext.linear``, bf16 out: llm_int8's GEMM without its outliers) is called
+with the decode path (``stream_rows`` = m) and with the blocked path (``stream_rows`` = 0) on
+the same kernel set, back to back, the order alternating every pair. Each pair gives one ratio
+decode / blocked; the table shows its median with a 95% bootstrap interval and the quartiles,
+and the decode path's weight bandwidth (int8 weight bytes / time) and int8 TOPS (medians). The
+weights rotate over enough copies (>= 256 MiB in all) that every call streams them from DRAM.
+On a machine shared with other work, ``--threads 1 --clock cpu`` times the calling thread's CPU
+time instead of the wall clock: the kernel's own speed, without the time it spent descheduled
+(with two threads, an OpenMP barrier waiting for a descheduled thread costs a whole time slice).
+Run as a script (not collected by pytest); on a shared machine pair many calls::
+
+    PYTHONPATH=. python tests/bench/ab_decode.py --d 1536,4096,12288 --m 1,8,32 --pairs 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+from kernelbench.kernels import cpu_ext
+from kernelbench.statistics import median_interval
+
+COLD_BYTES = 256 << 20
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]
+
+
+def _call(a, packed, n, dq, rows: int) -> float:
+    cpu_ext.set_stream_rows(rows)
+    t0 = clock()
+    cpu_ext.linear(a, packed, n, dq)
+    return clock() - t0
+
+
+def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
+    k, n = d, 4 * d
+    gen = torch.Generator().manual_seed(d + m)
+    copies = max(1, math.ceil(COLD_BYTES / (n * k)))
+    packed = [
+        cpu_ext.pack_weight(torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen))
+        for _ in range(copies)
+    ]
+    a = torch.randint(-127, 128, (m, k), dtype=torch.int8, generator=gen)
+    dq = cpu_ext.Dequant(
+        torch.rand(m, generator=gen) + 0.5, torch.rand(n, generator=gen) * 1e-3, torch.bfloat16
+    )
+    cpu_ext.set_isa(isa)
+    before = cpu_ext.stream_rows()
+    try:
+        outs = {}
+        for rows in (m, 0):  # warm up; the two paths agree bit for bit
+            cpu_ext.set_stream_rows(rows)
+            outs[rows] = cpu_ext.linear(a, packed[0], n, dq).view(torch.int16)
+        if not torch.equal(outs[m], outs[0]):
+            raise SystemExit(f"m={m} d={d}: the decode and blocked paths differ")
+        ratios, decode_s = [], []
+        for i in range(pairs):
+            order = (m, 0) if i % 2 == 0 else (0, m)
+            t = {
+                rows: _call(a, packed[(2 * i + j) % copies], n, dq, rows)
+                for j, rows in enumerate(order)
+            }
+            ratios.append(t[m] / t[0])
+            decode_s.append(t[m])
+    finally:
+        cpu_ext.set_stream_rows(before)
+    lo, hi = median_interval(ratios) or (math.nan, math.nan)
+    q1, med, q3 = statistics.quantiles(ratios, n=4)
+    t = statistics.median(decode_s)
+    return {
+        "ratio": med,
+        "lo": lo,
+        "hi": hi,
+        "q1": q1,
+        "q3": q3,
+        "ms": t * 1e3,
+        "GB/s": n * k / t / 1e9,
+        "TOPS": 2 * m * n * k / t / 1e12,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--d", default="1536,4096,12288")
+    p.add_argument("--m", default="1,8,32")
+    p.add_argument("--pairs", type=int, default=40)
+    p.add_argument("--isa", default=cpu_ext.isa())
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    args = p.parse_args()
+    if args.clock == "cpu" and args.threads != 1:
+        raise SystemExit("--clock cpu times the calling thread only: use it with --threads 1")
+    global clock
+    clock = CLOCKS[args.clock]
+    torch.set_num_threads(args.threads)
+    print(
+        f"isa={args.isa} threads={torch.get_num_threads()} clock={args.clock}; "
+        "decode/blocked: median [95% CI] (quartiles); decode path: median ms, "
+        "weight GB/s, int8 TOPS"
+    )
+    for d in (int(v) for v in args.d.split(",")):
+        for m in (int(v) for v in args.m.split(",")):
+            r = measure(m, d, args.pairs, args.isa)
+            print(
+                f"d={d:>5} m={m:>2}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] "
+                f"({r['q1']:.3f}, {r['q3']:.3f})  {r['ms']:.3f} ms  {r['GB/s']:.1f} GB/s  "
+                f"{r['TOPS']:.2f} TOPS",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
