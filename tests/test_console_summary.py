@@ -91,3 +91,14 @@ def test_show_skipped_prints_the_full_table(run_dir):
     assert "does not implement" not in out.output
     short = CliRunner().invoke(app, ["show", str(run_dir)], env={"COLUMNS": "250"})
     assert "Skipped and failed rows" not in short.output
+
+
+def test_a_run_whose_every_row_was_skipped_prints_its_reasons(tmp_path, row_factory):
+    """Nothing measured (a backend that cannot run here, alone in the sweep): the headline
+    says so and the skipped rows are summarised; the tables do not fail on an empty view."""
+    writer = ResultsWriter(tmp_path)
+    writer.append(row_factory("llm_int8", "cublaslt", status="skipped", reason=CUDA_REASON))
+    text = printed(tmp_path)
+    assert "no speedup over 16-bit measured" in text or "No row was measured" in text
+    assert "cublaslt: 1 skipped" in text
+    assert "Traceback" not in text

@@ -25,6 +25,7 @@ from kernelbench.results.schema import third_party_label
 from kernelbench.results.view import (
     SLOW_FACTOR,
     headline,
+    is_baseline,
     short_reason,
     slow_calls,
     slow_sixteen_bit_note,
@@ -162,7 +163,7 @@ def _print_cell(cell: pd.DataFrame, head: str, console: Console) -> None:
 def _legend(shown: pd.DataFrame) -> str:
     """What the marks in the printed tables mean: only the marks that appear."""
     ok = shown[shown["status"] == "ok"]
-    ok = ok[[(b, m) != BASELINE for b, m in zip(ok["backend"], ok["method"], strict=True)]]
+    ok = ok[~is_baseline(ok)]
 
     def flagged(col: str) -> bool:
         return col in ok and bool(ok[col].fillna(False).astype(bool).any())

@@ -157,6 +157,13 @@ def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
 SLOW_FACTOR = 1.25
 
 
+def is_baseline(df: pd.DataFrame) -> pd.Series:
+    """Which rows are the 16-bit baseline's (a boolean mask on ``df``'s index; an empty
+    frame keeps its columns when masked with it, as a list mask would not)."""
+    backend, method = BASELINE
+    return (df["backend"] == backend) & (df["method"] == method)
+
+
 def _speedup_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The measured speedups of a view: ok rows with a speedup, the 16-bit baseline itself and
     per-block sums left out."""
@@ -165,8 +172,7 @@ def _speedup_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[(df["status"] == "ok") & df["speedup"].notna()]
     if "layer" in rows:
         rows = rows[rows["layer"] != "block"]
-    pairs = zip(rows["backend"], rows["method"], strict=True)
-    return rows[[(b, m) != BASELINE for b, m in pairs]]
+    return rows[~is_baseline(rows)]
 
 
 def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
@@ -246,7 +252,7 @@ def headline(df: pd.DataFrame) -> list[str]:
     dclass, layer, tokens = cell
     ok = df[(df["status"] == "ok") & (df["device_class"] == dclass)]
     ok = ok[(ok["layer"] == layer) & (ok["tokens"] == tokens)].dropna(subset=["speedup"])
-    ok = ok[[(b, m) != BASELINE for b, m in zip(ok["backend"], ok["method"], strict=True)]]
+    ok = ok[~is_baseline(ok)]
     if ok.empty:
         return [f"{dclass} · layer {layer} · {tokens} tokens: no speedup over 16-bit measured."]
     dims = sorted(ok["d_model"].unique())
