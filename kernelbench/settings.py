@@ -129,6 +129,13 @@ SETTINGS: dict[str, Setting] = {
             "Estimated seconds each extra round may take (rows within reach of the target first)",
             0.0,
         ),
+        # kernelbench accuracy (the error study, no timing)
+        Setting("seeds", "--seeds", 3, "Input draws per size", 1, high=100),
+        Setting("study_tokens", "--tokens", 2048, "Tokens the quantization statistics cover", 1),
+        Setting(
+            "study_error_rows", "--error-rows", 256, "Sampled output rows (tokens) per layer", 1
+        ),
+        Setting("study_error_cols", "--error-cols", 2048, "Sampled output columns per layer", 1),
         Setting("threads", "--threads", None, "CPU threads (default: torch's)", 1, high=4096),
         Setting("alpha", "--alpha", 6.0, "Outlier threshold (0 = no decomposition)", 0.0),
         Setting(

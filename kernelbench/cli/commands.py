@@ -219,6 +219,12 @@ def _help(name: str) -> str:
     return f"{s.help} ({' | '.join(s.choices)})" if s.choices else s.help
 
 
+def _declared_option(name: str, metavar: str):
+    """A typer option for setting ``name``: its declared default, help and bounds."""
+    s = SETTINGS[name]
+    return typer.Option(s.default, metavar=metavar, min=s.low, max=s.high, help=_help(name))
+
+
 def _profiled_help(name: str) -> str:
     """A profile setting's help: its declared text, then its value in each profile."""
     values = [f"{p}: {getattr(profile, name):g}" for p, profile in PROFILES.items()]
@@ -357,10 +363,10 @@ def accuracy(
     activations: Path = typer.Option(
         None, metavar="FILE", help="Your own activations, .pt or .npy, shape (tokens, d)"
     ),
-    seeds: int = typer.Option(3, min=1, max=100, help="Input draws per size"),
-    tokens: int = typer.Option(2048, min=1, help="Tokens the quantization statistics cover"),
-    error_rows: int = typer.Option(256, min=1, help="Sampled output rows (tokens) per layer"),
-    error_cols: int = typer.Option(2048, min=1, help="Sampled output columns per layer"),
+    seeds: int = _declared_option("seeds", "N"),
+    tokens: int = _declared_option("study_tokens", "N"),
+    error_rows: int = _declared_option("study_error_rows", "N"),
+    error_cols: int = _declared_option("study_error_cols", "N"),
     out: Path = typer.Option(
         Path("results/accuracy"),
         metavar="DIR",

@@ -37,10 +37,12 @@ from pathlib import Path
 
 import torch
 
+from kernelbench.settings import SETTINGS, default
+
 Clock = Callable[[], float]  # seconds, monotonic
 
 #: What ``--cache`` may be: ``cold`` (caches evicted before every timed call) or ``hot``.
-CACHE_MODES = ("cold", "hot")
+CACHE_MODES = SETTINGS["cache"].choices
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ class CudaCallTimer(CallTimer):
 
 
 def call_timer(
-    device: torch.device | str, clock: Clock = time.perf_counter, cache: str = "cold"
+    device: torch.device | str, clock: Clock = time.perf_counter, cache: str = default("cache")
 ) -> CallTimer:
     """The timer for ``device``: events on CUDA, ``clock`` elsewhere; with ``cache="cold"``
     the caches are evicted before every timed call."""

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from kernelbench.core import BASELINE
+from kernelbench.settings import default
 
 SCHEMA_VERSION = 3
 RESULTS_FILE = "results.jsonl"
@@ -70,7 +71,7 @@ class ResultRow:
     throttled_samples: int = 0
     # caches at each timed call: "cold" (evicted before it: weights and activations read from
     # memory, as a model's layer does once per token) or "hot" (as the previous calls left them)
-    cache: str = "cold"
+    cache: str = default("cache")
     # what each timed call saw besides computing, aligned with raw_ms (getrusage deltas over
     # the process's threads): page faults and context switches
     minor_faults: list[int] = field(default_factory=list)

@@ -28,6 +28,7 @@ from kernelbench.core import ACCURACY_STUDY, BASELINE, STUDY_BACKEND, work_bytes
 from kernelbench.quant import QuantConfig
 from kernelbench.results.schema import ResultRow
 from kernelbench.run.cases import Case, layer_inputs
+from kernelbench.settings import default
 
 #: The backend name of the study's rows: the reference math of :mod:`kernelbench.quant`.
 REFERENCE_BACKEND = STUDY_BACKEND
@@ -40,10 +41,10 @@ class StudyOptions:
     d_models: tuple[int, ...]
     layer: str
     dist: str
-    seeds: int = 3
-    tokens: int = 2048
-    error_rows: int = 256
-    error_cols: int = 2048
+    seeds: int = default("seeds")
+    tokens: int = default("study_tokens")
+    error_rows: int = default("study_error_rows")
+    error_cols: int = default("study_error_cols")
     methods: tuple[str, ...] = STUDY_METHODS
     dtype: torch.dtype = torch.bfloat16
     cfg: QuantConfig = QuantConfig()

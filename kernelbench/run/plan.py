@@ -58,7 +58,7 @@ class RunOptions:
     #: ``cold``: every timed call finds its weights and activations out of cache (evicted
     #: before it, as a model's layer streams its weights once per token); ``hot``: as the
     #: previous calls left the caches.
-    cache: str = "cold"
+    cache: str = default("cache")
 
 
 @dataclass(frozen=True)
