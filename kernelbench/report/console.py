@@ -365,6 +365,8 @@ def accuracy_summary(rows) -> dict[tuple[str, str], tuple[float, float, float]]:
 def print_accuracy(rows, console: Console) -> None:
     """Methods x sizes: error / the 16-bit baseline's (median over seeds, min-max), with Table
     1's perplexity beside it where the paper has that size."""
+    if not console.is_terminal and console.width < 160:
+        console = Console(width=160)  # a log file: do not cut the table to 80 columns
     table_of = accuracy_summary(rows)
     sizes = list(dict.fromkeys(r.size for r in rows))
     labels = dict(ACCURACY_STUDY)
