@@ -212,3 +212,15 @@ def test_the_sweep_fails_a_row_computed_at_build_time(monkeypatch, tmp_path, nam
         assert "not computed from its current input" in bad.reason
         assert by[("torch", "llm_int8")].status == "ok"
         assert by[("torch", "fp16")].status == "ok"
+
+
+def test_an_operand_made_under_inference_mode_is_redrawn_and_restored():
+    """Peers may build their int8 operands under torch.inference_mode: such a tensor is
+    updated in place inside it, and restored exactly."""
+    with torch.inference_mode():
+        a = torch.randint(-128, 128, (5, 7), dtype=torch.int8)
+    before = a.clone()
+    undo = freshness.redraw_(a, torch.Generator().manual_seed(0))
+    assert not torch.equal(a, before) and torch.equal(a.abs(), before.abs())
+    undo()
+    assert torch.equal(a, before)

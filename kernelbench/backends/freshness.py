@@ -54,7 +54,10 @@ def redraw_(t: torch.Tensor, gen: torch.Generator) -> Callable[[], None]:
     row_signs, col_signs = row.to(t.device, t.dtype)[:, None], col.to(t.device, t.dtype)[None, :]
 
     def flip() -> None:
-        t.mul_(row_signs).mul_(col_signs)
+        # a tensor made under torch.inference_mode (some peers build their operands so) may
+        # be updated in place only inside it
+        with torch.inference_mode(t.is_inference()):
+            t.mul_(row_signs).mul_(col_signs)
 
     flip()
     return flip
@@ -126,10 +129,15 @@ def redraw_and_check(
     int_before = {k: int_reference(*ops, rows, cols) for k, ops in pairs.items()}
     undo = [redraw_(x, gen)]
     redrawn: set[int] = set()
-    for a, _ in pairs.values():
-        if id(a) not in redrawn:
-            undo.append(redraw_(a, gen))
-            redrawn.add(id(a))
+    try:
+        for a, _ in pairs.values():
+            if id(a) not in redrawn:
+                undo.append(redraw_(a, gen))
+                redrawn.add(id(a))
+    except Exception:
+        for flip in undo:  # every tensor back to its drawn values before the error goes on
+            flip()
+        raise
     checks = {}
     layer_after = layer_reference(x, weight, bias, rows, cols)
     for key in keys:

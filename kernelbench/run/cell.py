@@ -473,7 +473,12 @@ def _measure_prepared(
     redrawn in place first, and each row's first output in the cycles must follow them."""
     base = next((p for p in ready if p.key == BASELINE), None)
     others = [p for p in ready if p is not base]
-    hooks, restore = _follow_hooks(ready, inputs, check, round_)
+    try:
+        hooks, restore = _follow_hooks(ready, inputs, check, round_)
+    except Exception as exc:  # noqa: BLE001 - the inputs stay as drawn; the cell's rows fail
+        for p in ready:
+            _fail(p.row, f"inputs could not be redrawn in place: {error_text(exc)}", device)
+        return
     try:
         meas = engine.measure_cell(
             {p.key: p.runner.run for p in others},
