@@ -452,16 +452,15 @@ def show(
 ) -> None:
     """Print the headline and tables of a saved run again."""
     from kernelbench.report.console import print_tables
-    from kernelbench.results.schema import SchemaError, load_env, results_path
-    from kernelbench.results.view import ci_target, load_view
+    from kernelbench.results.schema import SchemaError
+    from kernelbench.results.view import load_view
 
     try:
         with skipped_lines_reported():
-            df = load_view(run_dir)
-        target = ci_target(load_env(results_path(run_dir).parent))
+            df = load_view(run_dir)  # its attrs carry the run's interval target
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console, skipped_table=skipped, ci_target=target)
+    print_tables(df, console, skipped_table=skipped)
 
 
 @app.command()

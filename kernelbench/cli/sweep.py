@@ -219,7 +219,7 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
     from kernelbench.results.view import load_view
 
     with skipped_lines_reported():
-        print_tables(load_view(req.out), console, ci_target=prep.opts.ci_target)
+        print_tables(load_view(req.out), console)
     if not no_report:
         write_report([req.out], None)
 

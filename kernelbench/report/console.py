@@ -194,24 +194,20 @@ def print_tables(
     df: pd.DataFrame,
     console: Console | None = None,
     skipped_table: bool = False,
-    ci_target: float | None = None,
 ) -> None:
     """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
     beside it where the paper has one), time with sample count and share of the roofline, and
     relative error, at one token count (2048 when measured, else the largest); with several
     token counts, compact tables of ``llm_int8`` and ``int8_raw`` speedup by tokens x size per
     backend. First the headline (:func:`~kernelbench.results.view.headline`, the run's
-    precision in its second line; ``ci_target``: the run's interval target, else the view's);
-    after the tables, suspect rows, wide rows (with what their slow calls saw), then skipped and
-    failed rows: one line per reason group, or with ``skipped_table`` the full table. Rows of
+    precision against the view's ``attrs["ci_target"]`` in its second line); after the
+    tables, suspect rows, wide rows (with what their slow calls saw), then skipped and failed
+    rows: one line per reason group, or with ``skipped_table`` the full table. Rows of
     (backend, method) pairs that do not apply (the backend has no such method) are counted,
     not listed."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
-    if ci_target is not None:
-        df = df.copy()
-        df.attrs["ci_target"] = ci_target
     for line in headline(df):
         console.print(f"[bold]{escape(line)}[/bold]", soft_wrap=True)
     shown = []
