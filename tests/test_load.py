@@ -98,3 +98,50 @@ def test_load_during_the_measurement_refuses_its_figure():
 
 def test_the_module_reads_proc_by_default():
     assert Path("/proc") == load.PROC
+
+
+class _FakeGemvBackend:
+    """Runs a one-token GEMV in ``seconds`` of an injected clock (or cannot build it)."""
+
+    def __init__(self, clock: list[float], seconds: float, fails: bool = False) -> None:
+        self.clock, self.seconds, self.fails = clock, seconds, fails
+
+    def supports(self, method, device, dtype, m, k, n):
+        return method == "int8_raw" and m == 1
+
+    def build(self, problem):
+        if self.fails:
+            raise RuntimeError("no kernel for this shape")
+
+        def run():
+            self.clock[0] += self.seconds
+
+        return type("Runner", (), {"run": staticmethod(run)})()
+
+
+def test_bandwidth_is_the_fastest_gemv_of_any_backend_when_it_beats_the_stream_probes(monkeypatch):
+    import kernelbench.backends as backends
+    from kernelbench.measure.engine import MeasurementEngine, TimerSettings
+
+    now = [0.0]
+    monkeypatch.setattr(peak, "GEMV_SHAPE", (1, 64, 256))  # 16 KiB of int8 weight
+    monkeypatch.setattr(
+        backends,
+        "all_backends",
+        lambda: {
+            "slow": _FakeGemvBackend(now, 1e-6),
+            "fast": _FakeGemvBackend(now, 0.5e-6),
+            "broken": _FakeGemvBackend(now, 1e-9, fails=True),
+        },
+    )
+    settings = TimerSettings(budget_s=1e-4, warmup_s=0.0, min_samples=3, max_samples=5)
+    engine = MeasurementEngine(
+        torch.device("cpu"), settings, settings, clock=lambda: now[0], cache="hot"
+    )
+    gbs, how = peak._gemv_gbs(engine, torch.device("cpu"))
+    assert gbs == pytest.approx(64 * 256 / 0.5e-6 / 1e9)  # the fast backend; broken adds none
+    assert how.startswith("fast int8_raw GEMV 1x64x256")
+    monkeypatch.setattr(peak, "_stream_gbs", lambda engine, device: (1.0, "read-only sum"))
+    assert peak._bandwidth_gbs(engine, torch.device("cpu")) == (gbs, how)
+    monkeypatch.setattr(peak, "_stream_gbs", lambda engine, device: (99.0, "read-only sum"))
+    assert peak._bandwidth_gbs(engine, torch.device("cpu")) == (99.0, "read-only sum")
