@@ -44,7 +44,7 @@ import torch
 from kernelbench import oracle, quant
 from kernelbench.backends import freshness
 from kernelbench.backends.base import Backend, Numerics, Runner
-from kernelbench.core import ALL_METHODS, METHODS
+from kernelbench.core import ALL_METHODS
 from kernelbench.quant import Problem, QuantConfig
 
 F64 = torch.float64
@@ -415,7 +415,7 @@ def check_follows_input(backend: Backend, device, gen) -> None:
     """Every method computes its output in the call: after its activations (``int8_raw``: its
     first int8 operand) are redrawn in place, its next output follows the new values (no output
     or quantization kept from build time)."""
-    methods = _methods_or_skip(backend, device, METHODS, torch.bfloat16, 16, 64, 24)
+    methods = _methods_or_skip(backend, device, ALL_METHODS, torch.bfloat16, 16, 64, 24)
     x0, dims = outlier_activations(gen, 16, 64, n_outlier_dims=2)
     w, bias = randn(gen, 24, 64, scale=0.1).to(device), randn(gen, 24).to(device)
     for method in methods:

@@ -15,6 +15,7 @@ from kernelbench.backends.base import (
     Availability,
     Backend,
     Runner,
+    join_variants,
     shared_weight,
     sixteen_bit_dtype,
     stage_accumulator,
@@ -108,7 +109,7 @@ class TorchBackend(Backend):
         r = self._runner(method, x, weight, bias, cfg, kept_rows)
         if x.is_cuda and method not in ("fp32", "fp16"):  # the padded shape _int_mm multiplies
             shape = padding.padded_shape(weight.shape[1], weight.shape[0], CUDA_DIM_MULTIPLE)
-            r.variant = shape.describe()
+            r.variant = join_variants(r.variant, shape.describe())
         return r
 
     def _runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
