@@ -602,14 +602,15 @@ def _as_if_on_a_gpu(monkeypatch, capability=(9, 0)):
 
 
 def test_torch_fp8_cuda_rules(monkeypatch):
-    """CUDA's row-wise scaled ``_scaled_mm`` (written, never run here: unverified): bf16 out,
-    k and n multiples of 16, compute capability 8.9 or later; other layers are skipped with
-    that reason."""
+    """CUDA's row-wise scaled ``_scaled_mm`` (written, never run here: unverified): bf16 or
+    fp16 out, k and n multiples of 16, compute capability 8.9 or later; other layers are
+    skipped with that reason."""
     cuda = torch.device("cuda")
     backend = _as_if_on_a_gpu(monkeypatch)
     assert backend.supports("fp8_e4m3", cuda, BF16, 2048, 4096, 16384)
-    avail = backend.supports("fp8_e4m3", cuda, torch.float16, 2048, 4096, 16384)
-    assert not avail and "bf16 only" in avail.reason
+    assert backend.supports("fp8_e4m3", cuda, torch.float16, 2048, 4096, 16384)
+    avail = backend.supports("fp8_e4m3", cuda, torch.float32, 2048, 4096, 16384)
+    assert not avail and "bf16 or fp16 output only" in avail.reason
     avail = backend.supports("fp8_e4m3", cuda, BF16, 2048, 5140, 20560)
     assert not avail and "multiples of 16" in avail.reason and "k=5140" in avail.reason
     old = _as_if_on_a_gpu(monkeypatch, capability=(8, 0))

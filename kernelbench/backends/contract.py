@@ -44,7 +44,9 @@ e4m3 grid, whose spacing at ``|v|`` is ``2^(e - 3)`` for ``2^e <= |v|`` (3 manti
   which moves the output by ``D_x @ (|w^| + D_w).T + |x^| @ D_w.T`` (``x^``, ``w^``: the
   oracle's dequantized operands);
 * float32 arithmetic: the product of the codes (exact per term) summed over k, both scales,
-  their products and the bias: ``(k + 8) * 2^-24 * ((|x^| + D_x) @ (|w^| + D_w).T + |bias|)``;
+  their products and the bias: ``(k + 8) * 2^-24 * ((|x^| + D_x) @ (|w^| + D_w).T + |bias|)``
+  (float32 accumulation, as on the CPU; a GPU that accumulates fp8 products in fewer bits
+  would fail it, and that is worth knowing);
 * output rounding ``u * |ref|`` and the declared 16-bit roundings, as above.
 
 A kernel that scales wrongly (no activation scale, reciprocal scales, one scale per tensor)

@@ -11,8 +11,8 @@ token), then ``torch._scaled_mm`` with both scale vectors (``scale_a`` (m, 1), `
 biased in float32, rounded once. The weight operand is the (n, k) codes transposed, a
 column-major (k, n) view: the layout CUDA's ``_scaled_mm`` requires, and one the CPU's takes.
 CPU (torch 2.13): checked against the float64 oracle (tests/test_backends.py). CUDA: written for
-the row-wise kernel (sm_89 and later, bf16 out only, k and n multiples of 16; other layers are
-skipped with that reason), never run: unverified, as the backend's ``verified`` says.
+the row-wise kernel (sm_89 and later, bf16 or fp16 out, k and n multiples of 16; other layers
+are skipped with that reason), never run: unverified, as the backend's ``verified`` says.
 """
 
 from __future__ import annotations
@@ -131,8 +131,11 @@ def fp8_rule(device: torch.device, dtype: torch.dtype, k: int, n: int) -> str:
     device = torch.device(device)
     if device.type == "cpu":
         return fp8_cpu_reason()
-    if dtype != torch.bfloat16:
-        return f"row-wise scaled torch._scaled_mm on CUDA outputs bf16 only, the layer is {dtype}"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return (
+            "row-wise scaled torch._scaled_mm on CUDA is run with bf16 or fp16 output only "
+            f"(fp32 needs cuBLAS 12.9 on sm_90), the layer is {dtype}"
+        )
     if k % FP8_CUDA_DIM_MULTIPLE or n % FP8_CUDA_DIM_MULTIPLE:
         return (
             f"torch._scaled_mm on CUDA needs k and n multiples of {FP8_CUDA_DIM_MULTIPLE}, "
