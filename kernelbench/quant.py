@@ -618,6 +618,13 @@ def quantize_fp8_rowwise(
     return scaled.to(torch.float8_e4m3fn), amax
 
 
+def fp8_scale(amax: torch.Tensor) -> torch.Tensor:
+    """The dequantization scale of :func:`quantize_fp8_rowwise`'s codes: ``amax / 448``, so
+    ``t ~= q * fp8_scale(amax)`` (in ``amax``'s dtype; what a scaled fp8 GEMM multiplies its
+    product by, once per row of each operand)."""
+    return amax / FP8_E4M3_MAX
+
+
 def exact_int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     """``a @ b_nk.T`` of integer codes, exact, as float64 (every partial sum of int8 codes is an
     integer below 2^53 while k < 2^39)."""
@@ -738,11 +745,7 @@ def variant_forward(
         xq, x_amax = quantize_fp8_rowwise(xs, cd)
         wq, w_amax = quantize_fp8_rowwise(ws, cd)
         acc = xq.to(torch.float64) @ wq.to(torch.float64).T
-        y = (
-            acc.to(cd)
-            * (x_amax.to(cd)[:, None] / FP8_E4M3_MAX)
-            * (w_amax.to(cd)[None, :] / FP8_E4M3_MAX)
-        )
+        y = acc.to(cd) * fp8_scale(x_amax.to(cd))[:, None] * fp8_scale(w_amax.to(cd))[None, :]
     else:
         raise ValueError(f"{method!r} is no accuracy variant of kernelbench.quant")
     y = y.to(cd)

@@ -373,7 +373,7 @@ def test_misaligned_activation_gives_the_same_result(backend, methods_of, make_r
 def test_registry_lists_torch_and_custom():
     names = list(all_backends())
     assert names[:2] == ["torch", "custom"]
-    assert set(get_backend("torch").methods) == {*METHODS, "smoothquant"}
+    assert set(get_backend("torch").methods) == {*METHODS, "smoothquant", "fp8_e4m3"}
     assert {"int8_raw", "vectorwise", "llm_int8"} <= set(get_backend("custom").methods)
     with pytest.raises(KeyError, match="unknown backend"):
         get_backend("nope")
@@ -486,3 +486,155 @@ def test_contract_holds_smoothquant_to_the_smoothed_vectorwise_oracle():
     plain = backend.runner("vectorwise", x, w, b, cfg).run()
     with pytest.raises(ContractFailure, match="outside the oracle tolerance"):
         assert_matches_oracle(plain, problem, what="smoothquant")
+
+
+# --- fp8 e4m3 on the torch backend (torch._scaled_mm) ---------------------------------------
+
+
+def _fp8_layer(gen, m, k, n, dtype=BF16):
+    from kernelbench.backends.contract import outlier_activations, randn
+
+    x, _ = outlier_activations(gen, m, k, n_outlier_dims=min(3, k), dtype=dtype)
+    return x, randn(gen, n, k, dtype=dtype, scale=0.1), randn(gen, n, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 3, 5), (33, 129, 47), (64, 4096, 96)])
+def test_torch_fp8_matches_the_float64_oracle(check_oracle, dtype, m, k, n):
+    """``torch._scaled_mm`` on e4m3 codes of quant.quantize_fp8_rowwise (weights offline,
+    activations in the call), out in the layer dtype: within the fp8 tolerance of the oracle
+    (contract.oracle_tolerance), and within fp8's own error of the exact layer."""
+    from kernelbench.backends.torch_ops import fp8_cpu_reason
+
+    if fp8_cpu_reason():
+        pytest.skip(fp8_cpu_reason())
+    gen = torch.Generator().manual_seed(m + 3 * k + 7 * n)
+    x, w, b = _fp8_layer(gen, m, k, n, dtype)
+    r = get_backend("torch").runner("fp8_e4m3", x, w, b, QuantConfig())
+    y = r.run()
+    assert y.dtype == dtype and y.shape == (m, n) and not r.returns_int32
+    assert set(r.stages) == {"quantize"}
+    assert r.weight_bytes == n * k + 4 * n + n * b.element_size()
+    check_oracle(y, "fp8_e4m3", x, w, b, QuantConfig(), what=f"torch fp8 {m}x{k}x{n}")
+    # e4m3 keeps 3 mantissa bits: a few percent of the layer at most
+    assert oracle.rel_frobenius(y, oracle.exact(x, w, b)) < 0.1
+
+
+def _broken_fp8(kind: str, x, w, b):
+    """fp8 kernels that scale wrongly, each a plausible bug: the weight as the torch backend
+    prepares it, the activations scaled ``kind``'s way, the same ``torch._scaled_mm``."""
+    from kernelbench import quant
+    from kernelbench.backends.torch_ops import fp8_weight, scaled_mm_fp8
+
+    wq, w_scale = fp8_weight(w)
+    xq, x_amax = quant.quantize_fp8_rowwise(x)
+    x_scale = quant.fp8_scale(x_amax)[:, None]
+    m = x.shape[0]
+    if kind == "no activation scaling":  # x cast to e4m3 as it is
+        xq, x_scale = x.float().clamp(-448, 448).to(torch.float8_e4m3fn), torch.ones(m, 1)
+    elif kind == "reciprocal scales":  # 448 / amax where amax / 448 belongs
+        x_scale, w_scale = 1 / x_scale, 1 / w_scale
+    elif kind == "scales swapped":  # each operand's scales on the other (m == n here)
+        x_scale, w_scale = w_scale.reshape(m, 1).clone(), x_scale.reshape(1, m).clone()
+    elif kind == "per-tensor activation scale":
+        amax = x.float().abs().amax()
+        xq = (x.float() * (quant.FP8_E4M3_MAX / amax)).to(torch.float8_e4m3fn)
+        x_scale = quant.fp8_scale(amax).expand(m, 1).contiguous()
+    return scaled_mm_fp8(xq, x_scale, wq, w_scale, b, x.dtype)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["no activation scaling", "reciprocal scales", "scales swapped", "per-tensor activation scale"],
+)
+def test_fp8_tolerance_catches_a_wrong_kernel(kind):
+    """The fp8 tolerance is derived from e4m3's precision (near ties of its grid, float32
+    arithmetic), not from its error: a kernel that scales wrongly is rejected, the right one on
+    the same inputs passes."""
+    from kernelbench.backends.contract import ContractFailure, assert_matches_oracle
+    from kernelbench.backends.torch_ops import fp8_cpu_reason
+
+    if fp8_cpu_reason():
+        pytest.skip(fp8_cpu_reason())
+    gen = torch.Generator().manual_seed(17)
+    x, w, b = _fp8_layer(gen, 40, 72, 40)  # the contract's methods shape, with m == n
+    problem = Problem("fp8_e4m3", x, w, b)
+    assert_matches_oracle(get_backend("torch").build(problem).run(), problem, "fp8")
+    with pytest.raises(ContractFailure, match="outside the oracle tolerance"):
+        assert_matches_oracle(_broken_fp8(kind, x, w, b), problem, f"fp8 {kind}")
+
+
+def test_fp8_near_ties_are_where_the_e4m3_grid_has_midpoints():
+    """The tie allowance marks only elements whose scaled value lies at a midpoint of the e4m3
+    grid (spacing 2^(e-3), 2^-9 below 2^-6), and moves each by one spacing times amax / 448."""
+    from kernelbench.backends.contract import fp8_spacing, fp8_tie_flips
+
+    v = torch.tensor([1.0, 1.0625, 1.07, 3.0 * 2.0**-10, 2.0**-8, 232.0, 448.0, 0.0])
+    assert fp8_spacing(v).tolist() == [
+        2.0**-3, 2.0**-3, 2.0**-3, 2.0**-9, 2.0**-9, 2.0**4, 2.0**5, 2.0**-9
+    ]  # fmt: skip
+    row = torch.cat([v, torch.tensor([-448.0])])[None, :]  # amax 448: scale 1
+    flips = fp8_tie_flips(row, torch.tensor([448.0]))[0]
+    # 1.0625 is halfway between 1 and 1.125; 3 * 2^-10 between two subnormals; 232 between
+    # 224 and 240 (spacing 16 from 128 on)
+    assert flips.tolist() == [0.0, 2.0**-3, 0.0, 2.0**-9, 0.0, 16.0, 0.0, 0.0, 0.0]
+    scaled = fp8_tie_flips(row * 2, torch.tensor([896.0]))[0]  # same codes, scale 2
+    assert torch.equal(scaled, 2 * flips)
+
+
+def test_oracle_tolerance_is_derived_only_where_the_math_is_known():
+    from kernelbench.backends.contract import oracle_tolerance
+
+    gen = torch.Generator().manual_seed(2)
+    x, w, b = _fp8_layer(gen, 4, 16, 8)
+    assert oracle_tolerance(Problem("fp8_e4m3", x, w, b)).shape == (4, 8)
+    with pytest.raises(ValueError, match="no tolerance is derived for 'int8_weight_only'"):
+        oracle_tolerance(Problem("int8_weight_only", x, w, b))
+
+
+def _as_if_on_a_gpu(monkeypatch, capability=(9, 0)):
+    from kernelbench.backends.base import Availability
+
+    backend = get_backend("torch")
+    monkeypatch.setattr(backend, "availability", lambda device: Availability.yes())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    return backend
+
+
+def test_torch_fp8_cuda_rules(monkeypatch):
+    """CUDA's row-wise scaled ``_scaled_mm`` (written, never run here: unverified): bf16 or
+    fp16 out, k and n multiples of 16, compute capability 8.9 or later; other layers are
+    skipped with that reason."""
+    cuda = torch.device("cuda")
+    backend = _as_if_on_a_gpu(monkeypatch)
+    assert backend.supports("fp8_e4m3", cuda, BF16, 2048, 4096, 16384)
+    assert backend.supports("fp8_e4m3", cuda, torch.float16, 2048, 4096, 16384)
+    avail = backend.supports("fp8_e4m3", cuda, torch.float32, 2048, 4096, 16384)
+    assert not avail and "bf16 or fp16 output only" in avail.reason
+    avail = backend.supports("fp8_e4m3", cuda, BF16, 2048, 5140, 20560)
+    assert not avail and "multiples of 16" in avail.reason and "k=5140" in avail.reason
+    old = _as_if_on_a_gpu(monkeypatch, capability=(8, 0))
+    avail = old.supports("fp8_e4m3", cuda, BF16, 2048, 4096, 16384)
+    assert not avail and ">= 8.9" in avail.reason
+    assert "cuda" not in backend.verified  # unverified on a GPU, as data
+
+
+def test_scaled_mm_gets_the_weight_column_major(monkeypatch):
+    """The layout CUDA's ``_scaled_mm`` requires: ``a`` row-major (m, k), ``b`` a column-major
+    (k, n) view of the (n, k) codes, scales (m, 1) and (1, n) float32."""
+    seen = {}
+
+    def record(a, b, **kw):
+        seen.update(a=a, b=b, **kw)
+        return torch.zeros(a.shape[0], b.shape[1], dtype=kw["out_dtype"])
+
+    monkeypatch.setattr(torch, "_scaled_mm", record)
+    gen = torch.Generator().manual_seed(4)
+    x, w, b = _fp8_layer(gen, 6, 32, 48)
+    get_backend("torch").runner("fp8_e4m3", x, w, b, QuantConfig()).run()
+    assert seen["a"].shape == (6, 32) and seen["a"].stride() == (32, 1)
+    assert seen["b"].shape == (32, 48) and seen["b"].stride() == (1, 32)
+    assert seen["a"].dtype == seen["b"].dtype == torch.float8_e4m3fn
+    assert seen["scale_a"].shape == (6, 1) and seen["scale_b"].shape == (1, 48)
+    assert seen["scale_a"].dtype == seen["scale_b"].dtype == torch.float32
+    assert seen["out_dtype"] == BF16 and seen["bias"] is b

@@ -15,7 +15,12 @@ import torch
 
 from kernelbench import oracle, quant
 from kernelbench.backends import get_backend
-from kernelbench.backends.base import Availability, method_config
+from kernelbench.backends.base import (
+    SMOOTHQUANT_VARIANT,
+    Availability,
+    join_variants,
+    method_config,
+)
 from kernelbench.backends.cublaslt import CublasLtBackend
 from kernelbench.backends.custom_cuda import CustomCudaOps
 from kernelbench.backends.cutlass import CutlassBackend, CutlassWeight
@@ -57,7 +62,7 @@ def _as_if_on_a_gpu(monkeypatch, backend):
 @pytest.mark.parametrize("k,n", [(D13B, 4 * D13B), (4 * D13B, D13B), (13, 7), (1, 1)])
 def test_every_cuda_backend_accepts_any_shape(monkeypatch, name, k, n):
     be = _as_if_on_a_gpu(monkeypatch, get_backend(name))
-    for method in ("int8_raw", "llm_int8"):
+    for method in ("int8_raw", "llm_int8", "smoothquant"):
         avail = be.supports(method, CUDA, torch.float16, 2048, k, n)
         assert avail, f"{name} {method} k={k} n={n}: {avail.reason}"
 
@@ -121,11 +126,12 @@ def test_torch_int_mm_on_cuda_is_padded_to_8(monkeypatch):
     )
 
 
-@pytest.mark.parametrize("method", ["int8_raw", "vectorwise", "llm_int8"])
+@pytest.mark.parametrize("method", ["int8_raw", "vectorwise", "llm_int8", "smoothquant"])
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 13, 31), (3, 5140, 17), (33, 97, 5140)])
 def test_cublaslt_backend_any_shape_matches_oracle(check_oracle, gen_outliers, method, m, k, n):
     """The whole ``cublaslt`` pipeline (torch-op quantize/dequantize around the padded GEMM) on
-    CPU tensors with the stand-in GEMM: the runner's answer vs the float64 oracle."""
+    CPU tensors with the stand-in GEMM: the runner's answer vs the float64 oracle (SmoothQuant:
+    the vector-wise oracle on the smoothed operands, ``x / s`` and ``w * s``)."""
     gen = torch.Generator().manual_seed(m * 31 + k + n)
     x, _ = gen_outliers(gen, m, k, n_outlier_dims=min(2, k), dtype=torch.float16)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(torch.float16)
@@ -134,7 +140,11 @@ def test_cublaslt_backend_any_shape_matches_oracle(check_oracle, gen_outliers, m
     kept = torch.tensor([0], dtype=torch.int64)
     be = CublasLtBackend(gemm=_gemm_standin(cuda_ext.GEMM_DIM_MULTIPLE))
     r = be.runner(method, x, w, bias, cfg, kept)
-    assert r.variant == padding.padded_shape(k, n, 16).describe()
+    padded = padding.padded_shape(k, n, 16).describe()
+    if method == "smoothquant":  # the method's note, then the padded shape
+        assert r.variant == join_variants(SMOOTHQUANT_VARIANT, padded)
+    else:
+        assert r.variant == padded
     y = r.run()
     if method == "int8_raw":
         a, b = r.operands
@@ -179,3 +189,34 @@ def test_cutlass_fused_pads_exactly(check_oracle, gen_outliers, m, k, n):
         want = want + outl
     assert torch.equal(y, want.to(torch.bfloat16))
     check_oracle(y, "llm_int8", x, w, bias, cfg, None, what=f"cutlass {m}x{k}x{n}")
+
+
+def _quantize_standin(x, pw, cfg):
+    """The CUDA quantize kernel's result (tests/test_gpu_kernels.py holds the kernel to it bit
+    for bit): :mod:`kernelbench.quant`'s reference quantization."""
+    return quant.quantize_activation(x, quant.decomposition_columns(x, pw, cfg))
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (9, 13, 31), (4, 5140, 23), (33, 96, 64)])
+def test_cutlass_smoothquant_runner_matches_the_smoothed_oracle(
+    monkeypatch, check_oracle, gen_outliers, m, k, n
+):
+    """``cutlass`` SmoothQuant on CPU tensors, with stand-ins for the two CUDA kernels (the
+    quantize kernel and the fused GEMM): the runner prepares ``w * s`` padded, divides ``x`` by
+    ``s`` in the call and runs the fused path; its output equals the fused path on the smoothed
+    operands bit for bit and meets the vector-wise oracle on them."""
+    gen = torch.Generator().manual_seed(3 * m + k + 7 * n)
+    x, _ = gen_outliers(gen, m, k, n_outlier_dims=min(2, k), dtype=torch.bfloat16)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(torch.bfloat16)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    cfg = QuantConfig()
+    be = CutlassBackend(fused_kernel=_fused_standin)
+    monkeypatch.setattr(be.ops, "quantize", _quantize_standin)
+    r = be.runner("smoothquant", x, w, bias, cfg)
+    assert r.variant == join_variants(SMOOTHQUANT_VARIANT, be.ops.padded_shape(k, n).describe())
+    y = r.run()
+    assert y.shape == (m, n) and y.dtype == torch.bfloat16
+    _, xs, ws = quant.smoothed_operands(x, w)
+    plain = cfg.without_decomposition()
+    assert torch.equal(y, be.linear(xs, be.prepare_weight(ws, bias, plain), plain))
+    check_oracle(y, "smoothquant", x, w, bias, plain, None, what=f"cutlass sq {m}x{k}x{n}")

@@ -167,6 +167,21 @@ def test_measure_cell_rows_have_baselines_errors_and_memory():
     assert r.planted_outlier_cols == 2 and r.round == 0
 
 
+def test_the_int8_gemm_stage_time_goes_only_to_rows_with_that_stage():
+    """A backend's ``int8_raw`` GEMM time is reused for its other rows' ``int8_matmul`` stage,
+    never added to a row that has no such stage (fp8: one scaled fp8 GEMM)."""
+    case = load_case("gpt3")
+    opts = tiny_opts(backends=("torch",), methods=("fp16", "int8_raw", "fp8_e4m3", "llm_int8"))
+    (item,) = plan(case, opts)
+    from kernelbench.run.plan import CallEstimator
+
+    by = {(r.backend, r.method): r for r in measure_cell(item, case, opts, CallEstimator())}
+    fp8 = by[("torch", "fp8_e4m3")]
+    assert fp8.status == "ok", fp8.reason
+    assert set(fp8.stages_ms) == {"quantize"}
+    assert "int8_matmul" in by[("torch", "llm_int8")].stages_ms
+
+
 class _ExplodingBackend(Backend):
     name = "exploding"
     methods = ("int8_raw",)

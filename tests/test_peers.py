@@ -192,6 +192,59 @@ def test_torchao_compile(torchao_backend):
     assert oracle.rel_frobenius(y, _torchao_emulate(x, w, b)) < BF16_TOL
 
 
+def _smoothquant_inputs(seed: int):
+    """:func:`_inputs` with two App. C-like outlier dims (-60..-40 on every token)."""
+    x, w, b = _inputs(seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    x[:, [5, 17]] = (-40 - 20 * torch.rand(x.shape[0], 2, generator=g)).to(x.dtype)
+    return x, w, b
+
+
+def test_torchao_smoothquant(torchao_backend):
+    """SmoothQuant on torchao's W8A8 layer: built on ``w * s`` (folded offline), called on
+    ``x / s``. It computes torchao's own variant on the smoothed operands; its error is of the
+    size of the oracle's SmoothQuant (kernelbench.quant's math) and half its plain W8A8's or
+    less where outlier dims are planted; the contract's check of a SmoothQuant row passes."""
+    from kernelbench.backends.base import SMOOTHQUANT_VARIANT
+    from kernelbench.backends.contract import assert_matches_oracle
+
+    x, w, b = _smoothquant_inputs(seed=9)
+    cfg = QuantConfig()
+    r = torchao_backend.runner("smoothquant", x, w, b, cfg)
+    assert "127.5" in r.variant and SMOOTHQUANT_VARIANT in r.variant and "eager" in r.variant
+    y = r.run()
+    assert y.dtype == x.dtype and y.shape == (x.shape[0], w.shape[0])
+    s, xs, ws = quant.smoothed_operands(x, w)
+    assert oracle.rel_frobenius(y, _torchao_emulate(xs, ws, b)) < BF16_TOL
+    exact = oracle.exact(x, w, b)
+    problem = Problem("smoothquant", x, w, b, cfg)
+    oracle_err = oracle.rel_frobenius(oracle.emulate(problem), exact)
+    err = oracle.rel_frobenius(y, exact)
+    assert err < 1.5 * oracle_err + BF16_TOL
+    plain = torchao_backend.runner("vectorwise", x, w, b, cfg).run()
+    assert err < 0.5 * oracle.rel_frobenius(plain, exact)
+    assert_matches_oracle(y, problem, "torchao smoothquant", torchao_backend.numerics)
+    assert r.weight_bytes == w.numel() + w.shape[0] * 4 + b.numel() * 2 + s.numel() * 2
+
+
+def test_torchao_smoothquant_output_follows_its_input(torchao_backend):
+    """``x / s`` and torchao's activation quantization run in the call: after ``x`` is redrawn
+    in place, the next output follows the new values; an output kept from build time does not
+    pass the same check."""
+    from kernelbench.backends import freshness
+
+    x, w, b = _smoothquant_inputs(seed=10)
+    r = torchao_backend.runner("smoothquant", x, w, b, QuantConfig())
+    kept = r.run()
+    gen = torch.Generator().manual_seed(0)
+    spots, restore = freshness.redraw_and_check(x, w, b, ["sq"], {}, gen)
+    spots["sq"].verify(r.run())
+    with pytest.raises(freshness.StaleOutput):
+        spots["sq"].verify(kept)
+    restore()
+    assert torch.equal(r.run(), kept)
+
+
 def _torchao_weight_only_emulate(x, w, b):
     """torchao's int8 weight-only in float64: its per-row weight codes and scales (as in
     :func:`_torchao_emulate`), the activations as they are."""

@@ -44,7 +44,7 @@ import kernelbench  # noqa: E402
 from kernelbench import oracle, quant  # noqa: E402
 from kernelbench.backends import all_backends  # noqa: E402
 from kernelbench.backends import triton_int8 as tri  # noqa: E402
-from kernelbench.backends.base import method_config  # noqa: E402
+from kernelbench.backends.base import SMOOTHQUANT_VARIANT, method_config  # noqa: E402
 from kernelbench.checks import InputError  # noqa: E402
 from kernelbench.quant import Problem, QuantConfig  # noqa: E402
 
@@ -132,6 +132,15 @@ def _cases(randn, outliers) -> list[dict]:
     w = randn(g, 16, 32, dtype=torch.float32)
     w[3] = w[3] * 1e-30
     cases.append(_case("tiny_column_fp32_8x32x16", "vectorwise", randn(g, 8, 32, dtype=w.dtype), w))
+    # SmoothQuant: the vector-wise kernels on x / s and w * s (App. C-like outlier dims)
+    x, _ = outliers(g, 40, 96, n_outlier_dims=4)
+    cases.append(_case("smoothquant_bf16_40x96x48", "smoothquant", x, randn(g, 48, 96, dtype=bf),
+                       randn(g, 48, dtype=bf)))  # fmt: skip
+    x, _ = outliers(g, 37, 40, n_outlier_dims=2, dtype=f16)
+    cases.append(_case("smoothquant_fp16_37x40x24", "smoothquant", x, randn(g, 24, 40, dtype=f16)))
+    x, _ = outliers(g, 150, 300, n_outlier_dims=3)
+    cases.append(_case("multi_smoothquant_bf16_150x300x200", "smoothquant", x,
+                       randn(g, 200, 300), randn(g, 200, dtype=bf)))  # fmt: skip
     return cases
 
 
@@ -176,14 +185,24 @@ CASE_NAMES = [
     "multi_llm_int8_fp16_1100x40x24",
     TINY,
     "tiny_column_fp32_8x32x16",
+    "smoothquant_bf16_40x96x48",
+    "smoothquant_fp16_37x40x24",
+    "multi_smoothquant_bf16_150x300x200",
 ]
+SMOOTHQUANT_CASES = [n for n in CASE_NAMES if "smoothquant" in n]
 
 
 def _get(interp, name):
+    """(case, outputs, method config, kept dims). A ``smoothquant`` case comes back as what its
+    kernels compute: ``vectorwise`` on the smoothed operands ``x / s`` and ``w * s`` (its stages
+    ran on those; its runner on the case's own operands must give the same)."""
     cases, results = interp
     out = results["cases"][name]
     assert "error" not in out, f"{name}: {out.get('error')}"
     c = cases[name]
+    if c["method"] == "smoothquant":
+        _, xs, ws = quant.smoothed_operands(c["x"], c["weight"])
+        c = dict(c, method="vectorwise", x=xs, weight=ws)
     qcfg = QuantConfig(c["alpha"], c["outlier_cmp"], c["outlier_weights"])
     cfg = method_config(c["method"], qcfg)
     kept = c["kept_rows"] if c["method"] == "llm_int8" else None
@@ -240,6 +259,20 @@ def test_output_matches_oracle(interp, check_oracle, name, what):
     check_oracle(
         y, c["method"], c["x"], c["weight"], c["bias"], cfg, c["kept_rows"], what=f"{name} {what}"
     )
+
+
+@pytest.mark.parametrize("name", SMOOTHQUANT_CASES)
+def test_smoothquant_runner_is_the_fused_kernel_on_smoothed_operands(interp, check_oracle, name):
+    """The SmoothQuant runner (``x / s`` in the call, ``w * s`` prepared offline) gives the fused
+    vector-wise kernel's output on the smoothed operands bit for bit, and meets the contract's
+    SmoothQuant check on the case's own operands."""
+    cases, results = interp
+    c, out = cases[name], results["cases"][name]
+    assert "error" not in out, f"{name}: {out.get('error')}"
+    assert out["variant"] == SMOOTHQUANT_VARIANT
+    assert torch.equal(out["runner"], out["linear"])
+    cfg = QuantConfig(c["alpha"], c["outlier_cmp"], c["outlier_weights"]).without_decomposition()
+    check_oracle(out["runner"], "smoothquant", c["x"], c["weight"], c["bias"], cfg, what=name)
 
 
 def test_tiny_absmax_row_quantizes_like_an_unbounded_exponent(interp):

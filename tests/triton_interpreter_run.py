@@ -7,6 +7,8 @@ must be set before the kernels are built; running here, in a child process, keep
 pytest process and every other test module. ``CASES.pt`` is a list of dicts (name, method, x,
 weight, bias, alpha, outlier_cmp, outlier_weights, kept_rows); ``RESULTS.pt`` gets, per case,
 every stage's output (or the error's class name and message), plus the results of bad inputs.
+A ``smoothquant`` case runs its stages on the smoothed operands (``quant.smoothed_operands``)
+and its runner on the case's own ``x`` and ``weight``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def _err(fn):
 
 
 def run_case(backend, case: dict) -> dict:
+    from kernelbench import quant
     from kernelbench.backends.base import method_config
     from kernelbench.quant import QuantConfig
 
@@ -34,8 +37,11 @@ def run_case(backend, case: dict) -> dict:
         QuantConfig(case["alpha"], case["outlier_cmp"], case["outlier_weights"]),
     )
     kept = case["kept_rows"] if case["method"] == "llm_int8" else None
-    pw = backend.prepare_weight(case["weight"], case["bias"], cfg, kept)
-    qa = backend.quantize(case["x"], pw, cfg)
+    x, w = case["x"], case["weight"]
+    if case["method"] == "smoothquant":  # the stages run on the smoothed operands
+        _, x, w = quant.smoothed_operands(x, w)
+    pw = backend.prepare_weight(w, case["bias"], cfg, kept)
+    qa = backend.quantize(x, pw, cfg)
     acc = backend.int8_matmul(qa.int8, pw)
     outl = backend.outlier_product(qa, pw)
     runner = backend.runner(
@@ -48,8 +54,9 @@ def run_case(backend, case: dict) -> dict:
         "outlier_values": qa.outlier_values,
         "acc": acc,
         "staged": backend.dequantize(acc, qa, pw, outl),
-        "linear": backend.linear(case["x"], pw, cfg),
+        "linear": backend.linear(x, pw, cfg),
         "runner": runner.run(),
+        "variant": runner.variant,
     }
 
 

@@ -46,7 +46,9 @@ __all__ = [
     "Numerics",
     "OWN_VARIANT",
     "Runner",
+    "SMOOTHQUANT_VARIANT",
     "SharedWeights",
+    "join_variants",
     "method_config",
     "shared_weight",
     "sharing_weights",
@@ -184,6 +186,16 @@ class Numerics:
 
 #: A backend with a quantization variant of its own (a peer library).
 OWN_VARIANT = Numerics(reference=False, exact_int8=False)
+
+
+#: What a SmoothQuant runner computes beyond the vector-wise stages (``Runner.variant``).
+SMOOTHQUANT_VARIANT = "x / s in the call, w * s folded offline (both in the layer dtype)"
+
+
+def join_variants(*parts: str) -> str:
+    """``Runner.variant`` of several notes (a method's, a padded shape's): the non-empty ones
+    joined with ``"; "``, so a backend adding its own note keeps the method's."""
+    return "; ".join(p for p in parts if p)
 
 
 @dataclass
@@ -389,7 +401,7 @@ class Backend:
                 "dequantize": lambda: self.dequantize(acc, qa, pw, None),
             },
             weight_bytes=pw.nbytes + s.numel() * s.element_size(),
-            variant="x / s in the call, w * s folded offline (both in the layer dtype)",
+            variant=SMOOTHQUANT_VARIANT,
         )
 
 

@@ -30,6 +30,27 @@ Tolerance of ``oracle_tolerance``, element-wise for output ``(i, j)``, against
   ``(k + 8) * 2^-24 * |x|@|w|.T`` accumulation.
 
 The total is multiplied by ``(1 + u)`` for the final rounding of the error terms themselves.
+
+``fp8_e4m3`` (:func:`kernelbench.quant.quantize_fp8_rowwise` on both operands, a float product
+of the codes, times both row scales ``amax / 448``, + bias) rounds differently from int8: to the
+e4m3 grid, whose spacing at ``|v|`` is ``2^(e - 3)`` for ``2^e <= |v|`` (3 mantissa bits,
+``torch.finfo(torch.float8_e4m3fn).eps = 2^-3``) and ``2^-9`` below the smallest normal
+``2^-6``. Against ``oracle.emulate`` (float64 scaling, the same codes but near ties):
+
+* quantization ties: ``v = x * (448 / absmax)`` in float32 (two roundings) and the oracle's
+  float64 value (converted to e4m3 through float32 by torch) round to different e4m3 neighbours
+  only where ``v`` lies within :data:`FP8_NEAR_TIE` (relative) of a midpoint of the grid; such
+  an element moves by one spacing times ``absmax / 448`` (``D_x``, ``D_w``, zero elsewhere),
+  which moves the output by ``D_x @ (|w^| + D_w).T + |x^| @ D_w.T`` (``x^``, ``w^``: the
+  oracle's dequantized operands);
+* float32 arithmetic: the product of the codes (exact per term) summed over k, both scales,
+  their products and the bias: ``(k + 8) * 2^-24 * ((|x^| + D_x) @ (|w^| + D_w).T + |bias|)``
+  (float32 accumulation, as on the CPU; a GPU that accumulates fp8 products in fewer bits
+  would fail it, and that is worth knowing);
+* output rounding ``u * |ref|`` and the declared 16-bit roundings, as above.
+
+A kernel that scales wrongly (no activation scale, reciprocal scales, one scale per tensor)
+moves almost every element by an e4m3 rounding error, about ``2^-5`` relative, far beyond this.
 """
 
 from __future__ import annotations
@@ -44,12 +65,16 @@ import torch
 from kernelbench import oracle, quant
 from kernelbench.backends import freshness
 from kernelbench.backends.base import Backend, Numerics, Runner
-from kernelbench.core import ALL_METHODS, METHODS
+from kernelbench.core import ACCURACY_VARIANTS, ALL_METHODS
 from kernelbench.quant import Problem, QuantConfig
 
 F64 = torch.float64
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
 NEAR_TIE = 2.0**-15
+#: Relative distance to a midpoint of the e4m3 grid within which the float32 and float64
+#: scalings of an fp8 operand may round to different neighbours (they differ by about 2^-23,
+#: the oracle's conversion through float32 by 2^-24 more): 4x margin.
+FP8_NEAR_TIE = 2.0**-20
 #: Relative Frobenius error against the exact layer allowed to a backend with its own variant.
 VARIANT_REL_ERROR = 0.05
 INT8_METHODS = ("int8_raw", "vectorwise", "llm_int8")
@@ -74,15 +99,72 @@ def _near_ties(t: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
     return ((frac - 0.5).abs() <= NEAR_TIE).sum(dim=1).to(F64)
 
 
+def fp8_spacing(v: torch.Tensor) -> torch.Tensor:
+    """The spacing of the e4m3 grid at ``|v|`` (float64): ``2^(e - 3)`` for ``2^e <= |v| <
+    2^(e + 1)``, ``2^-9`` below the smallest normal ``2^-6`` (from ``torch.finfo``)."""
+    fi = torch.finfo(torch.float8_e4m3fn)
+    _, exp = torch.frexp(v.to(F64).abs().clamp(min=fi.tiny))  # |v| = m 2^exp, m in [0.5, 1)
+    return fi.eps * torch.pow(2.0, (exp - 1).to(F64))
+
+
+def fp8_tie_flips(t: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    """Per element of ``t`` (rows scaled by ``448 / amax``): how far its dequantized fp8 value
+    may move between a float32 and a float64 quantization, i.e. one grid spacing times
+    ``amax / 448`` where the scaled value is within :data:`FP8_NEAR_TIE` of a midpoint of the
+    e4m3 grid, else 0."""
+    amax = amax.to(F64)[:, None]
+    inv = torch.where(amax > 0, quant.FP8_E4M3_MAX / torch.where(amax > 0, amax, 1.0), 0.0)
+    v = (t.to(F64) * inv).abs()
+    spacing = fp8_spacing(v)
+    units = v / spacing  # exact: a power-of-two division
+    near = ((units - torch.floor(units)) - 0.5).abs() <= FP8_NEAR_TIE * units
+    return torch.where(near, spacing * quant.fp8_scale(amax), 0.0)
+
+
+def _fp8_tolerance(problem: Problem, ref: torch.Tensor, u: float, steps: int) -> torch.Tensor:
+    """:func:`oracle_tolerance` of ``fp8_e4m3`` (the module docstring's derivation)."""
+    x, w, bias = problem.x, problem.weight, problem.bias
+    xq, ax = quant.quantize_fp8_rowwise(x, F64)
+    wq, aw = quant.quantize_fp8_rowwise(w, F64)
+    x_hat = xq.to(F64).abs() * quant.fp8_scale(ax)[:, None]
+    w_hat = wq.to(F64).abs() * quant.fp8_scale(aw)[:, None]
+    d_x, d_w = fp8_tie_flips(x, ax), fp8_tie_flips(w, aw)
+    ties = d_x @ (w_hat + d_w).T + x_hat @ d_w.T
+    mag = (x_hat + d_x) @ (w_hat + d_w).T
+    if bias is not None:
+        mag = mag + bias.to(F64).abs()
+    k = x.shape[1]
+    return u * ref.abs() + (1 + u) * (ties + (k + 8) * 2.0**-24 * mag + steps * u * mag)
+
+
+def computed_problem(problem: Problem) -> Problem:
+    """The problem a backend's kernels compute for ``problem``: ``smoothquant`` is the
+    vector-wise kernel on the smoothed operands (:func:`kernelbench.quant.smoothed_operands`,
+    each in its operand's dtype); every other method is itself."""
+    if problem.method != "smoothquant":
+        return problem
+    _, xs, ws = quant.smoothed_operands(problem.x, problem.weight)
+    return dataclasses.replace(problem, method="vectorwise", x=xs, weight=ws)
+
+
 def oracle_tolerance(
     problem: Problem, ref: torch.Tensor | None = None, sixteen_bit_steps: int = 0
 ) -> torch.Tensor:
-    """Element-wise bound on ``|backend - oracle.emulate|`` (see the module docstring)."""
+    """Element-wise bound on ``|backend - oracle.emulate|`` (see the module docstring); for
+    ``smoothquant`` that of :func:`computed_problem` (``ref``, when given, is its oracle)."""
+    problem = computed_problem(problem)
     method, x, w, bias = problem.method, problem.x, problem.weight, problem.bias
+    if method in ACCURACY_VARIANTS and method != "fp8_e4m3":
+        raise ValueError(
+            f"no tolerance is derived for {method!r}: a backend timing it is held to its own "
+            "variant (numerics.reference=False)"
+        )
     u = UNIT_ROUNDOFF[torch.float32 if method == "fp32" else x.dtype]
     if ref is None:
         ref = oracle.emulate(problem)
     ref = ref.to(F64)
+    if method == "fp8_e4m3":
+        return _fp8_tolerance(problem, ref, u, sixteen_bit_steps)
     xa, wa = x.to(F64).abs(), w.to(F64).abs()
     mag = xa @ wa.T
     if bias is not None:
@@ -132,10 +214,8 @@ def assert_matches_oracle(
     declares (the reference math with no 16-bit roundings when not given); raises
     :class:`ContractFailure`."""
     numerics = numerics or Numerics()
-    y, problem = y.cpu(), problem.cpu()
-    if problem.method == "smoothquant":  # the backend's vector-wise kernel, smoothed operands
-        _, xs, ws = quant.smoothed_operands(problem.x, problem.weight)
-        problem = dataclasses.replace(problem, method="vectorwise", x=xs, weight=ws)
+    # smoothquant: the backend's vector-wise kernel on the smoothed operands
+    y, problem = y.cpu(), computed_problem(problem.cpu())
     method, x, w, bias = problem.method, problem.x, problem.weight, problem.bias
     ref = oracle.emulate(problem).to(F64)
     if tuple(y.shape) != tuple(ref.shape):
@@ -415,7 +495,7 @@ def check_follows_input(backend: Backend, device, gen) -> None:
     """Every method computes its output in the call: after its activations (``int8_raw``: its
     first int8 operand) are redrawn in place, its next output follows the new values (no output
     or quantization kept from build time)."""
-    methods = _methods_or_skip(backend, device, METHODS, torch.bfloat16, 16, 64, 24)
+    methods = _methods_or_skip(backend, device, ALL_METHODS, torch.bfloat16, 16, 64, 24)
     x0, dims = outlier_activations(gen, 16, 64, n_outlier_dims=2)
     w, bias = randn(gen, 24, 64, scale=0.1).to(device), randn(gen, 24).to(device)
     for method in methods:

@@ -7,6 +7,10 @@ the ``torch`` backend); the int8 product is kernelbench's own cuBLASLt call
 instead of ``torch._int_mm``. ``custom`` runs kernelbench's fused CUDA kernels around the same
 GEMM, so the two names measure different computations around one GEMM.
 
+Methods: ``int8_raw``, ``vectorwise``, ``llm_int8`` and ``smoothquant`` (the vector-wise stages
+on ``x / s`` and ``w * s``: :meth:`Backend._smoothquant_runner`; its ``variant`` says so, then
+the padded shape).
+
 Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.kernels.padding`,
 exact); the row's ``variant`` names the padded shape. Needs the CUDA extension
 ``kernelbench._cuda``, a CUDA device, and a 16-bit layer. Unverified on a GPU until it has run
@@ -20,7 +24,13 @@ from collections.abc import Callable
 import torch
 
 from kernelbench import quant
-from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
+from kernelbench.backends.base import (
+    INT8_STAGE_METHODS,
+    Availability,
+    Backend,
+    Runner,
+    join_variants,
+)
 from kernelbench.backends.custom_cuda import cuda_availability, gemm_shape_rule
 from kernelbench.kernels import cuda_ext
 from kernelbench.kernels.padding import gemm_weight, pad_prepared, padded_gemm, padded_shape
@@ -30,7 +40,7 @@ from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
 class CublasLtBackend(Backend):
     name = "cublaslt"
     description = "torch-op quantize/dequantize + a direct cuBLASLt int8 GEMM (TN, int32 out)"
-    methods = INT8_STAGE_METHODS
+    methods = (*INT8_STAGE_METHODS, "smoothquant")
 
     def __init__(self, gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None):
         #: The int8 GEMM on padded operands; tests put a CPU stand-in here.
@@ -46,7 +56,9 @@ class CublasLtBackend(Backend):
     def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
         r = super().runner(method, x, weight, bias, cfg, kept_rows)
         n, k = weight.shape
-        r.variant = padded_shape(k, n, cuda_ext.GEMM_DIM_MULTIPLE).describe()
+        r.variant = join_variants(
+            r.variant, padded_shape(k, n, cuda_ext.GEMM_DIM_MULTIPLE).describe()
+        )
         return r
 
     def prepare_weight(self, weight, bias, cfg, kept_rows=None) -> PreparedWeight:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelbench import quant
-from kernelbench.backends.base import Availability, Backend
+from kernelbench.backends.base import Availability, Backend, join_variants
 from kernelbench.checks import InputError
 from kernelbench.kernels import cpu_ext
 from kernelbench.quant import PreparedWeight, QuantConfig, QuantizedActivation
@@ -84,7 +84,9 @@ class CustomBackend(Backend):
     def runner(self, method, x, weight, bias, cfg, kept_rows=None):
         r = super().runner(method, x, weight, bias, cfg, kept_rows)
         if self._is_cuda(x):  # the padded shape the cuBLASLt GEMM multiplies, if padded
-            r.variant = _CUDA.padded_shape(weight.shape[1], weight.shape[0]).describe()
+            r.variant = join_variants(
+                r.variant, _CUDA.padded_shape(weight.shape[1], weight.shape[0]).describe()
+            )
         return r
 
     def _is_cuda(self, t: torch.Tensor) -> bool:

@@ -17,6 +17,9 @@ What runs where:
   the CUTLASS kernel's; the difference ``linear - quantize - outlier_product`` is the fused
   GEMM+epilogue.
 
+Methods: ``int8_raw``, ``vectorwise``, ``llm_int8`` and ``smoothquant`` (``linear`` on ``x / s``
+with the weight ``w * s`` prepared offline: :meth:`Backend._smoothquant_runner`).
+
 Any shape: k and n are padded with zeros to multiples of 16 (:mod:`kernelbench.kernels.padding`):
 the weight, its column scales and the bias once at prepare time, the activation's k tail and (with
 outliers) the outlier product's n tail per call; the output's extra columns are dropped. The
@@ -35,7 +38,13 @@ from dataclasses import dataclass
 import torch
 
 from kernelbench import quant
-from kernelbench.backends.base import INT8_STAGE_METHODS, Availability, Backend, Runner
+from kernelbench.backends.base import (
+    INT8_STAGE_METHODS,
+    Availability,
+    Backend,
+    Runner,
+    join_variants,
+)
 from kernelbench.backends.custom_cuda import CustomCudaOps
 from kernelbench.kernels import cutlass_ext
 from kernelbench.kernels.padding import (
@@ -65,7 +74,7 @@ class CutlassBackend(Backend):
         "CUTLASS int8 GEMM, dequantize + bias + outlier product fused in the epilogue "
         "(sm_80: 2.x visitor epilogue; sm_90a: 3.x TMA/wgmma + EVT)"
     )
-    methods = INT8_STAGE_METHODS
+    methods = (*INT8_STAGE_METHODS, "smoothquant")
 
     def __init__(self, fused_kernel: Callable[..., torch.Tensor] | None = None) -> None:
         self.ops = CustomCudaOps()
@@ -98,7 +107,7 @@ class CutlassBackend(Backend):
     def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
         r = super().runner(method, x, weight, bias, cfg, kept_rows)
         n, k = weight.shape
-        r.variant = self.ops.padded_shape(k, n).describe()
+        r.variant = join_variants(r.variant, self.ops.padded_shape(k, n).describe())
         return r
 
     # --- stages ----------------------------------------------------------------------------

@@ -3,9 +3,21 @@
 The int8 product is ``torch._int_mm`` (oneDNN on CPU, cuBLASLt on CUDA); quantization and
 dequantization are ordinary torch ops from :mod:`kernelbench.quant`. This backend also owns the
 ``fp32`` and ``fp16`` baselines (``fp16`` is bf16 on CPU: the CPU's 16-bit type).
+
+``fp8_e4m3``: :func:`kernelbench.quant.quantize_fp8_rowwise` of the weight offline (e4m3 codes,
+one scale ``amax / 448`` per output channel) and of the activations in the call (one per
+token), then ``torch._scaled_mm`` with both scale vectors (``scale_a`` (m, 1), ``scale_b``
+(1, n), float32) and the bias, out in the layer's dtype: the product of the codes, scaled and
+biased in float32, rounded once. The weight operand is the (n, k) codes transposed, a
+column-major (k, n) view: the layout CUDA's ``_scaled_mm`` requires, and one the CPU's takes.
+CPU (torch 2.13): checked against the float64 oracle (tests/test_backends.py). CUDA: written for
+the row-wise kernel (sm_89 and later, bf16 or fp16 out, k and n multiples of 16; other layers
+are skipped with that reason), never run: unverified, as the backend's ``verified`` says.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +27,7 @@ from kernelbench.backends.base import (
     Availability,
     Backend,
     Runner,
+    join_variants,
     shared_weight,
     sixteen_bit_dtype,
     stage_accumulator,
@@ -58,12 +71,86 @@ def int_mm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
 
 #: k and n of CUDA's ``torch._int_mm`` are zero-padded to multiples of this (exact).
 CUDA_DIM_MULTIPLE = 8
+#: k and n of CUDA's ``torch._scaled_mm`` must be multiples of this.
+FP8_CUDA_DIM_MULTIPLE = 16
+#: The compute capability from which CUDA's row-wise scaled fp8 ``torch._scaled_mm`` runs.
+FP8_CUDA_CAPABILITY = (8, 9)
+
+
+def scaled_mm_fp8(
+    xq: torch.Tensor,
+    x_scale: torch.Tensor,
+    wq: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """``(xq @ wq.T) * x_scale * w_scale + bias`` through ``torch._scaled_mm``: ``xq`` (m, k)
+    and ``wq`` (n, k) row-major e4m3 codes, ``x_scale`` (m, 1) and ``w_scale`` (1, n) float32.
+    The weight goes in as ``wq.t()``, a column-major (k, n) view (what CUDA requires)."""
+    return torch._scaled_mm(
+        xq, wq.t(), scale_a=x_scale, scale_b=w_scale, bias=bias, out_dtype=out_dtype
+    )
+
+
+def fp8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Offline: the weight's e4m3 codes (n, k) and its (1, n) float32 scales ``amax / 448``
+    (:func:`kernelbench.quant.quantize_fp8_rowwise`, a block of rows at a time: the same codes
+    without full-size float32 temporaries)."""
+    n, k = weight.shape
+    wq = torch.empty((n, k), dtype=torch.float8_e4m3fn, device=weight.device)
+    amax = torch.empty(n, dtype=torch.float32, device=weight.device)
+    for rows in quant.row_blocks(n, k):
+        wq[rows], amax[rows] = quant.quantize_fp8_rowwise(weight[rows])
+    return wq, quant.fp8_scale(amax)[None, :].contiguous()
+
+
+@functools.cache
+def fp8_cpu_reason() -> str:
+    """'' when ``torch._scaled_mm`` multiplies row-wise scaled e4m3 on this CPU (a small product
+    checked against its exact value), else why not."""
+    codes = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -1.5]]).to(torch.float8_e4m3fn)
+    scale_a = torch.tensor([[2.0], [0.5]])
+    scale_b = torch.tensor([[0.25, 4.0]])
+    want = (codes.float() @ codes.float().T) * scale_a * scale_b
+    try:
+        got = scaled_mm_fp8(codes, scale_a, codes, scale_b, None, torch.float32)
+    except Exception as exc:  # noqa: BLE001 - any failure: no fp8 GEMM here
+        return (
+            f"torch {torch.__version__} has no row-wise scaled fp8 torch._scaled_mm on CPU: "
+            f"{type(exc).__name__}: {exc}"
+        )
+    if not torch.equal(got, want):
+        return f"torch {torch.__version__}: torch._scaled_mm on CPU gives a wrong fp8 product"
+    return ""
+
+
+def fp8_rule(device: torch.device, dtype: torch.dtype, k: int, n: int) -> str:
+    """Empty when ``fp8_e4m3`` runs on ``device`` for a (k, n) layer in ``dtype``, else why
+    not (CUDA: the row-wise kernel's rules, unverified)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return fp8_cpu_reason()
+    if dtype not in (torch.bfloat16, torch.float16):
+        return (
+            "row-wise scaled torch._scaled_mm on CUDA is run with bf16 or fp16 output only "
+            f"(fp32 needs cuBLAS 12.9 on sm_90), the layer is {dtype}"
+        )
+    if k % FP8_CUDA_DIM_MULTIPLE or n % FP8_CUDA_DIM_MULTIPLE:
+        return (
+            f"torch._scaled_mm on CUDA needs k and n multiples of {FP8_CUDA_DIM_MULTIPLE}, "
+            f"got k={k}, n={n}"
+        )
+    cap = torch.cuda.get_device_capability(device)
+    if cap < FP8_CUDA_CAPABILITY:
+        return f"row-wise scaled fp8 needs compute capability >= 8.9, got {cap[0]}.{cap[1]}"
+    return ""
 
 
 class TorchBackend(Backend):
     name = "torch"
     description = "framework ops: torch._int_mm (oneDNN / cuBLASLt) + torch quantize/dequantize"
-    methods = (*METHODS, "smoothquant")
+    methods = (*METHODS, "smoothquant", "fp8_e4m3")
     verified = {"cpu": "reports/cpu-avx512vnni-2core (kept gpt3 run) and tests/test_backends.py"}
 
     def availability(self, device: torch.device) -> Availability:
@@ -77,6 +164,9 @@ class TorchBackend(Backend):
             return Availability.no(
                 "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
             )
+        if method == "fp8_e4m3":
+            why = fp8_rule(device, dtype, k, n)
+            return Availability.no(why) if why else Availability.yes()
         if torch.device(device).type == "cuda" and method not in ("fp32", "fp16"):
             why = padding.shape_rule(k, n, CUDA_DIM_MULTIPLE)  # any k, n: padded to 8
             return Availability.no(why) if why else Availability.yes()
@@ -106,9 +196,9 @@ class TorchBackend(Backend):
 
     def runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
         r = self._runner(method, x, weight, bias, cfg, kept_rows)
-        if x.is_cuda and method not in ("fp32", "fp16"):  # the padded shape _int_mm multiplies
+        if x.is_cuda and method not in ("fp32", "fp16", "fp8_e4m3"):  # _int_mm's padded shape
             shape = padding.padded_shape(weight.shape[1], weight.shape[0], CUDA_DIM_MULTIPLE)
-            r.variant = shape.describe()
+            r.variant = join_variants(r.variant, shape.describe())
         return r
 
     def _runner(self, method, x, weight, bias, cfg, kept_rows=None) -> Runner:
@@ -127,11 +217,37 @@ class TorchBackend(Backend):
             # the activations are cast in the call (a no-op for the 16-bit baseline): the
             # output must follow them (:mod:`kernelbench.backends.freshness`)
             return Runner(run=lambda: F.linear(x.to(dt), wd, bd), weight_bytes=nbytes)
+        if method == "fp8_e4m3":
+            return self._fp8_runner(x, weight, bias)
         if method == "absmax_torch":
             return self._scaled_runner(x, weight, bias, per_row=False)
         if method == "vectorwise_torch":
             return self._scaled_runner(x, weight, bias, per_row=True)
         return super().runner(method, x, weight, bias, cfg, kept_rows)
+
+    def _fp8_runner(self, x, weight, bias) -> Runner:
+        """Row-wise scaled fp8 e4m3 (the module docstring): the weight's codes and scales
+        offline, the activations' in the call, one ``torch._scaled_mm``."""
+        check_activation(x, weight)
+        check_weight(weight, bias)
+        why = fp8_rule(x.device, x.dtype, weight.shape[1], weight.shape[0])
+        if why:
+            raise InputError(why)
+        wq, w_scale = shared_weight((weight,), (self.name, "fp8_e4m3"), lambda: fp8_weight(weight))
+
+        def quantize() -> tuple[torch.Tensor, torch.Tensor]:
+            xq, x_amax = quant.quantize_fp8_rowwise(x)
+            return xq, quant.fp8_scale(x_amax)[:, None]
+
+        def run() -> torch.Tensor:
+            xq, x_scale = quantize()
+            return scaled_mm_fp8(xq, x_scale, wq, w_scale, bias, x.dtype)
+
+        nbytes = wq.numel() + w_scale.numel() * 4
+        if bias is not None:
+            nbytes += bias.numel() * bias.element_size()
+        # one stage: the scaled GEMM is no int8 product and has the dequantization fused
+        return Runner(run=run, stages={"quantize": quantize}, weight_bytes=nbytes)
 
     def _scaled_runner(self, x, weight, bias, per_row: bool) -> Runner:
         """Absmax (tensor-wise) or vector-wise quantization with plain torch ops, no outliers."""

@@ -9,8 +9,11 @@ then ``* x_scale`` (cast to the output dtype) ``* w_scale + bias``.
 
 Methods: ``vectorwise`` (torchao has no outlier decomposition, and its bare int8 product is
 ``torch._int_mm``: the ``torch`` backend's ``int8_raw``) and, eager only, ``int8_weight_only``
-(``Int8WeightOnlyConfig``: the same per-row int8 weights, 16-bit activations). The variant it
-computes (``Runner.variant``), measured against :mod:`kernelbench.quant`:
+(``Int8WeightOnlyConfig``: the same per-row int8 weights, 16-bit activations) and
+``smoothquant`` (the same W8A8 layer built on the smoothed weight ``w * s``, folded offline, and
+called on ``x / s``, computed in the timed call: :func:`kernelbench.quant.smoothed_operands`,
+the convention of :meth:`Backend._smoothquant_runner`). The variant it computes
+(``Runner.variant``), measured against :mod:`kernelbench.quant`:
 
 * symmetric absmax, but the scale is ``absmax / 127.5`` (``(qmax - qmin) / 2`` for int8's
   [-128, 127]), **computed in the input's dtype** (bf16 here) and then stored as float32, and
@@ -28,12 +31,15 @@ from functools import cache
 
 import torch
 
+from kernelbench import quant
 from kernelbench.backends._peers import LazyImport, quietly
 from kernelbench.backends.base import (
     OWN_VARIANT,
+    SMOOTHQUANT_VARIANT,
     Availability,
     Backend,
     Runner,
+    join_variants,
     shared_weight,
     torch_device_availability,
 )
@@ -119,7 +125,7 @@ def weight_bytes(lin: torch.nn.Linear) -> int:
 class TorchaoBackend(Backend):
     name = "torchao"
     library = "torchao"
-    methods: tuple[str, ...] = ("vectorwise", "int8_weight_only")
+    methods: tuple[str, ...] = ("vectorwise", "int8_weight_only", "smoothquant")
     numerics = OWN_VARIANT
     compile: bool = False
     verified = {
@@ -153,11 +159,20 @@ class TorchaoBackend(Backend):
         if reason:
             raise RuntimeError(reason)
         weight_only = method == "int8_weight_only"
-        lin = shared_weight(
-            (weight, bias),
-            (self.name, "quantized_linear", self.compile, weight_only),
-            lambda: quantized_linear(weight, bias, self.compile, weight_only),
-        )
+        variant = WEIGHT_ONLY_VARIANT if weight_only else VARIANT
+        if method == "smoothquant":
+            # s calibrated on the runner's own activations; w * s is this runner's weight
+            s, _, w_smooth = quant.smoothed_operands(x, weight)
+            lin = quantized_linear(w_smooth, bias, self.compile)
+            del w_smooth
+            variant = join_variants(variant, "SmoothQuant: " + SMOOTHQUANT_VARIANT)
+        else:
+            s = None
+            lin = shared_weight(
+                (weight, bias),
+                (self.name, "quantized_linear", self.compile, weight_only),
+                lambda: quantized_linear(weight, bias, self.compile, weight_only),
+            )
         fn = lin
         compile_seconds = None
         if self.compile:
@@ -173,13 +188,15 @@ class TorchaoBackend(Backend):
             if x.shape[0] == 0:  # torchao's Int8Tensor linear fails on zero tokens with a bias
                 return torch.empty((0, weight.shape[0]), dtype=x.dtype, device=x.device)
             with torch.inference_mode():
-                return fn(x)
+                # SmoothQuant: x / s in the call, so the output follows the activations
+                # (kernelbench.backends.freshness)
+                return fn(x if s is None else x / s)
 
+        nbytes = weight_bytes(lin) + (s.numel() * s.element_size() if s is not None else 0)
         return Runner(
             run=run,
-            weight_bytes=weight_bytes(lin),
-            variant=(WEIGHT_ONLY_VARIANT if weight_only else VARIANT)
-            + ("; torch.compile" if self.compile else "; eager"),
+            weight_bytes=nbytes,
+            variant=join_variants(variant, "torch.compile" if self.compile else "eager"),
             compile_seconds=compile_seconds,  # the first (compiling) call, never timed
         )
 

@@ -24,7 +24,9 @@ Kernels (built lazily on first use; importing this module never imports triton):
   scale product in fp64, rounded once to fp32, as :func:`kernelbench.quant.dequantize_outer`.
 
 ``linear`` (what ``Runner.run`` times) = outlier detection + quantize + ONE fused GEMM kernel; no
-int32 matrix is written. ``outlier_product`` returns the float32 operands
+int32 matrix is written. Methods: ``int8_raw``, ``vectorwise``, ``llm_int8`` and ``smoothquant``
+(``linear`` on ``x / s`` with the weight ``w * s`` prepared offline:
+:meth:`Backend._smoothquant_runner`). ``outlier_product`` returns the float32 operands
 ``(x[:, O], w[:, O])`` (gather + int8 reconstruction), the product itself runs in the epilogue.
 
 Shape rule (:data:`MAX_K`): any ``m >= 0``, ``n >= 1``, ``1 <= k <= 133144`` (``k * 127^2`` must
@@ -351,7 +353,7 @@ class TritonBackend(Backend):
         "our Triton kernels: fused outlier detection + row quantize; int8 tl.dot GEMM with the "
         "dequantize + bias + outlier product fused in the epilogue (CUDA; unverified)"
     )
-    methods = INT8_STAGE_METHODS
+    methods = (*INT8_STAGE_METHODS, "smoothquant")
 
     def availability(self, device: torch.device) -> Availability:
         device = torch.device(device)

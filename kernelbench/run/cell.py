@@ -546,9 +546,10 @@ def _follow_hooks(ready: list[_Prepared], inputs, check, round_: int):
 
 def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:
     """Time the row's stages, each on its own, right after its first call (round 0). The GEMM
-    stage is timed once per backend, with its ``int8_raw`` row (the same GEMM)."""
+    stage is timed once per backend, with its ``int8_raw`` row (the same GEMM), and given to the
+    rows that have that stage (not to a row without an int8 GEMM, such as ``fp8_e4m3``)."""
     known: dict[str, float] = {}
-    if p.row.backend in cell.gemm_stage_ms:
+    if p.row.backend in cell.gemm_stage_ms and "int8_matmul" in p.runner.stages:
         known["int8_matmul"] = cell.gemm_stage_ms[p.row.backend]
     try:
         p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known))
