@@ -2,9 +2,9 @@
 
 ``write_report([DIR])`` renders one run to ``DIR/report.html``; ``write_report([A, B])``
 compares two runs cell by cell (median time B / A) into ``B/compare.html``. The page needs no
-network: inline CSS, no scripts, plots embedded as PNG data URIs, and a Content-Security-Policy
-that forbids loading anything else. Every string taken from results or env.json is escaped by
-jinja2's autoescape.
+network: inline CSS, no scripts, plots inline as SVG (their text kept as text), and a
+Content-Security-Policy that forbids loading anything else. Every string taken from results or
+env.json is escaped by jinja2's autoescape, or, inside a plot, by matplotlib's SVG writer.
 
 Layers: :mod:`.data` (loading, selection), :mod:`.tables` (pivots), :mod:`.plots` (figures),
 ``template.html.j2`` (markup). Nothing here times anything.

@@ -1,23 +1,29 @@
-"""Figures of a report: seaborn / matplotlib on the Agg canvas, returned as PNG data URIs.
+"""Figures of a report: seaborn / matplotlib, returned as inline SVG markup.
 
-Figures are built with :class:`matplotlib.figure.Figure` and an explicit Agg canvas, never
-through pyplot, so making a report changes no global matplotlib state (backend, rcParams) of
-the caller. Every function takes the rows to draw and returns a :class:`Figure` or ``None``
-when there is nothing to draw.
+Figures are built with :class:`matplotlib.figure.Figure` and an explicit canvas, never through
+pyplot, so making a report changes no global matplotlib state (backend, rcParams) of the
+caller. Every function takes the rows to draw and returns a :class:`Figure` or ``None`` when
+there is nothing to draw.
+
+The SVG keeps its text as text (``svg.fonttype: none``): tick labels, titles and legends are
+``<text>`` elements a browser (and a test reading the DOM) can read, which matplotlib's SVG
+writer escapes as XML, so a name holding markup is shown, never run. Each figure's element ids
+carry a prefix of their own: several figures inline in one page never share an id.
 """
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import io
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import matplotlib
 import pandas as pd
 import seaborn as sns
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
@@ -25,7 +31,6 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from kernelbench.core import BASELINE, FP32
 from kernelbench.report import data
 
-DPI = 80
 PANEL_W, PANEL_H = 4.6, 3.4
 
 
@@ -33,7 +38,7 @@ PANEL_W, PANEL_H = 4.6, 3.4
 class Figure:
     title: str
     caption: str
-    uri: str  # data:image/png;base64,...
+    svg: str  # <svg ...>...</svg>, inline markup (matplotlib escapes the text in it)
 
 
 def _palette(methods) -> dict[str, tuple]:
@@ -47,17 +52,27 @@ def _new(n_panels: int, wrap: int = 3, sharey: bool = True, h: float = PANEL_H):
     ncols = max(1, min(n_panels, wrap))
     nrows = math.ceil(n_panels / ncols)
     fig = MplFigure(figsize=(PANEL_W * ncols, h * nrows), layout="constrained")
-    FigureCanvasAgg(fig)
+    FigureCanvasSVG(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes[:n_panels])
 
 
+#: No date, creator or format block: the page says when and by what it was made.
+_NO_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
+_ID = re.compile(r'(\bid="|href="#|url\(#)')
+
+
 def _encode(fig: MplFigure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    """The figure as an ``<svg>`` element to inline in HTML: no XML declaration or doctype,
+    every id (and every reference to one) prefixed with a hash of the figure's own markup."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata=_NO_METADATA)
+    text = buf.getvalue()
+    svg = text[text.index("<svg") :].strip()
+    prefix = "f" + hashlib.sha1(svg.encode("utf-8")).hexdigest()[:8] + "-"
+    return _ID.sub(lambda m: m.group(1) + prefix, svg)
 
 
 def _plain_log_axis(axis) -> None:
@@ -82,7 +97,7 @@ def _cell(frame: pd.DataFrame, layer: str, tokens: int) -> pd.DataFrame:
 
 def _backend_panels_over_dmodel(df: pd.DataFrame, draw: Callable) -> str:
     """One panel per backend with d_model on the x axis; ``draw(ax, rows, colours)`` fills a
-    panel with that backend's rows. Returns the encoded PNG."""
+    panel with that backend's rows. Returns the figure's SVG markup."""
     backends = sorted(df["backend"].unique())
     colours = _palette(df["method"])
     dims = sorted(int(d) for d in df["d_model"].unique())
@@ -97,7 +112,18 @@ def _backend_panels_over_dmodel(df: pd.DataFrame, draw: Callable) -> str:
 
 def _style():
     # Names and reasons are data: a '$' in them is shown, never read as matplotlib mathtext.
-    return matplotlib.rc_context({**sns.axes_style("whitegrid"), "text.parse_math": False})
+    # SVG: text stays text, in the font matplotlib measured it with (the browser falls back to
+    # its sans-serif); fixed hash salt: the same figure gives the same markup.
+    return matplotlib.rc_context(
+        {
+            **sns.axes_style("whitegrid"),
+            "text.parse_math": False,
+            "svg.fonttype": "none",
+            "svg.hashsalt": "kernelbench",
+            "font.family": "sans-serif",
+            "font.sans-serif": ["DejaVu Sans"],
+        }
+    )
 
 
 def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
@@ -119,12 +145,12 @@ def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | Non
         ax.set_ylabel("speedup over 16-bit")
         ax.legend(fontsize=7, title="method (x: paper)", title_fontsize=7)
 
-    uri = _backend_panels_over_dmodel(df, draw)
+    svg = _backend_panels_over_dmodel(df, draw)
     return Figure(
         "Speedup over 16-bit vs model dimension",
         f"layer {layer}, {tokens} tokens; bars: 95% interval of each speedup; dotted line: the "
         "16-bit baseline; crosses: the paper's App. D.1 figure",
-        uri,
+        svg,
     )
 
 
@@ -164,8 +190,8 @@ def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
             for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
                 legend.setdefault(name, handle)
         fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
-        uri = _encode(fig)
-    return Figure("Speedup vs tokens", f"layer {layer}; line style: backend", uri)
+        svg = _encode(fig)
+    return Figure("Speedup vs tokens", f"layer {layer}; line style: backend", svg)
 
 
 def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
@@ -193,11 +219,11 @@ def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
             ax.set_title(f"{backend} · {method}", fontsize=9)
             ax.set_xlabel("model dimension d")
             ax.set_ylabel("tokens")
-        uri = _encode(fig)
+        svg = _encode(fig)
     return Figure(
         "Speedup over 16-bit: model size x tokens",
         f"layer {layer}; green above 1 (faster than 16-bit), red below; intervals in the tables",
-        uri,
+        svg,
     )
 
 
@@ -239,11 +265,11 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
             ax.set_xlabel("ms")
         handles = [Patch(color=c, label=s) for s, c in stage_colours.items()]
         axes[0].legend(handles=handles, fontsize=7, loc="lower right")
-        uri = _encode(fig)
+        svg = _encode(fig)
     return Figure(
         "Time per stage",
         f"layer {layer}, {tokens} tokens; median ms per stage; black tick: the whole method",
-        uri,
+        svg,
     )
 
 
@@ -266,11 +292,11 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         ax.set_ylabel("relative error (Frobenius)")
         ax.legend(fontsize=7)
 
-    uri = _backend_panels_over_dmodel(df, draw)
+    svg = _backend_panels_over_dmodel(df, draw)
     return Figure(
         "Error vs model dimension",
         f"layer {layer}, {tokens} tokens; error against the float64 product",
-        uri,
+        svg,
     )
 
 
@@ -310,8 +336,8 @@ def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
         ax.set_xlabel("model dimension d")
         ax.set_ylabel("MiB")
         ax.legend(fontsize=7)
-        uri = _encode(fig)
-    return Figure("Weight memory per method", f"layer {layer}; log scale", uri)
+        svg = _encode(fig)
+    return Figure("Weight memory per method", f"layer {layer}; log scale", svg)
 
 
 def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
@@ -326,8 +352,8 @@ def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | No
         ax.set_ylabel("time B / A")
         ax.legend(fontsize=7)
 
-    uri = _backend_panels_over_dmodel(df, draw)
-    return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", uri)
+    svg = _backend_panels_over_dmodel(df, draw)
+    return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", svg)
 
 
 def _numeric_log_axis(ax, axis: str = "y") -> None:
@@ -385,7 +411,7 @@ def accuracy_vs_size(study: pd.DataFrame) -> Figure | None:
             ax.set_title(f"layer {layer}, {dist}", fontsize=9)
         handles, names = axes[0].get_legend_handles_labels()
         fig.legend(handles, names, loc="outside right upper", fontsize=7)
-        uri = _encode(fig)
+        svg = _encode(fig)
     seeds = int(df.groupby(["method", "d_model", "layer", "dist"]).size().max())
     return Figure(
         "Accuracy study: error vs model size",
@@ -394,7 +420,7 @@ def accuracy_vs_size(study: pd.DataFrame) -> Figure | None:
         "baseline on the same inputs (median), grey band: at or below its largest error over "
         "the seeds, i.e. 16-bit quality; 32-bit float, far below the band, is in the "
         "table only",
-        uri,
+        svg,
     )
 
 
@@ -431,10 +457,10 @@ def speed_error_frontier(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | 
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 legend.setdefault(label, handle)
         fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
-        uri = _encode(fig)
+        svg = _encode(fig)
     return Figure(
         "Speed against error",
         f"layer {layer}, {tokens} tokens; one point per backend · method (marker: backend); up is "
         "faster, left is closer to 16-bit quality; dotted lines: the 16-bit baseline",
-        uri,
+        svg,
     )
