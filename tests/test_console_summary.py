@@ -102,3 +102,26 @@ def test_a_run_whose_every_row_was_skipped_prints_its_reasons(tmp_path, row_fact
     assert "no speedup over 16-bit measured" in text or "No row was measured" in text
     assert "cublaslt: 1 skipped" in text
     assert "Traceback" not in text
+
+
+def _two_token_run(path, row_factory, without_interval: str):
+    """custom llm_int8 and vectorwise at 8 and 2048 tokens, each speedup with an interval but
+    ``without_interval``'s at 8 tokens (printed ``?``); only llm_int8 has a by-tokens table."""
+    writer = ResultsWriter(path)
+    for tokens in (8, 2048):
+        writer.append(row_factory("fp16", "torch", tokens=tokens))
+        for method in ("llm_int8", "vectorwise"):
+            bare = (method, tokens) == (without_interval, 8)
+            interval = {} if bare else dict(speedup_lo=0.99, speedup_hi=1.01)
+            writer.append(row_factory(method, "custom", tokens=tokens, **interval))
+    return path
+
+
+def test_legend_names_a_mark_only_where_a_table_prints_it(tmp_path, row_factory):
+    """A speedup without interval at a token count no table prints (vectorwise has no
+    by-tokens table): no '?' in the tables, none in the legend; the same on llm_int8, whose
+    by-tokens table prints it: explained."""
+    hidden = printed(_two_token_run(tmp_path / "a", row_factory, "vectorwise"))
+    assert "?" not in hidden
+    shown = printed(_two_token_run(tmp_path / "b", row_factory, "llm_int8"))
+    assert "1.00 ?" in shown and "? one pair only" in shown

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -683,3 +684,36 @@ def test_log_axes_read_as_plain_numbers():
             labels = {t.get_text() for t in ax.get_yticklabels() if t.get_text()}
         assert want <= labels, labels
         assert not any("$" in t or "mathdefault" in t for t in labels)
+
+
+def _svg_texts(html: str) -> list[str]:
+    return [t.strip() for t in re.findall(r"<text\b[^>]*>([^<]*)</text>", html) if t.strip()]
+
+
+def test_figures_and_captions_explain_only_what_they_show(single, tmp_path):
+    """Legends and captions name what is drawn: the paper's crosses, the interval bars and the
+    outlier stage only where there are some; the 16-bit baseline once, in black, never also as
+    a method of its own colour."""
+    texts, html = _svg_texts(single[1]), unescape(single[1])  # the paper's cell, no intervals
+    assert "method (x: paper)" in texts and "crosses: the paper's App. D.1 figure" in html
+    assert '"paper x" under a number' in html and "'paper x', the paper's" in html
+    assert "outlier_product" in texts
+    assert "bars: 95% interval" not in html  # no row has an interval
+    assert "S suspect" not in html and "! interval wider" not in html  # no row is either
+    assert not [t for t in texts if t == "fp16" or t.endswith("· fp16")], "fp16 drawn as a method"
+    assert "16-bit baseline" in texts and "16-bit weights" in texts
+
+    writer = ResultsWriter(tmp_path / "run")
+    for r in make_rows():
+        if r.status == "ok":
+            r.paper_speedup = None
+            r.stages_ms = {k: v for k, v in (r.stages_ms or {}).items() if k != "outlier_product"}
+            r.paired, r.speedup_lo, r.speedup_hi = True, 0.9 * r.speedup, 1.1 * r.speedup
+        writer.append(r)
+    page = write_report([tmp_path / "run"]).read_text(encoding="utf-8")
+    texts, html = _svg_texts(page), unescape(page)
+    assert "method" in texts and "method (x: paper)" not in texts
+    assert "paper x" not in html and "crosses" not in html
+    assert "outlier_product" not in texts
+    assert "bars: 95% interval of each speedup" in html
+    assert "! interval wider than the run's target" in html  # ±10% against a 5% target

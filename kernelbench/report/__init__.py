@@ -176,6 +176,9 @@ def _single(run: data.Run) -> dict:
                 "caches": _cache_text(ok),
                 "precision": precision_line(ok, ci_target(run.env)),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
+                "has_paper": bool(cell["paper_speedup"].notna().any())
+                if "paper_speedup" in cell
+                else False,
                 "figures": [f for f in figures if f is not None],
             }
         )

@@ -76,10 +76,15 @@ def _encode(fig: MplFigure) -> str:
 
 
 def _plain_log_axis(axis) -> None:
-    """Numeric tick labels on a log axis (``0.001``, ``1e-05``, ``2048``): matplotlib's default
-    labels are mathtext, which :func:`_style` turns off (then they read ``$\\mathdefault{..}$``)."""
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    """Numeric tick labels on a log axis (``256``, ``2048``): matplotlib's default labels are
+    mathtext, which :func:`_style` turns off (then they read ``$\\mathdefault{..}$``)."""
+    axis.set_major_formatter(FuncFormatter(_number))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _number(value: float, _pos=None) -> str:
+    """A tick label as a plain number: ``0.001``, ``1e-05``, ``20``, ``2048``."""
+    return f"{value:g}"
 
 
 def _dmodel_axis(ax, dims: list[int]) -> None:
@@ -126,12 +131,24 @@ def _style():
     )
 
 
+def _not_baseline(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are not the 16-bit baseline itself: its speedup is 1 by definition and
+    its error is the baseline's, which the figures draw once, in black."""
+    return df[~((df["backend"] == BASELINE[0]) & (df["method"] == BASELINE[1]))]
+
+
+def _has_interval(df: pd.DataFrame, value: str = "speedup") -> bool:
+    cols = [value, f"{value}_lo", f"{value}_hi"]
+    return all(c in df for c in cols) and not df.dropna(subset=cols).empty
+
+
 def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Speedup over 16-bit vs d_model: one line per method, one panel per backend; the paper's
     App. D.1 figures as crosses in the method's colour."""
-    df = _cell(ok, layer, tokens).dropna(subset=["speedup"])
+    df = _not_baseline(_cell(ok, layer, tokens).dropna(subset=["speedup"]))
     if df.empty:
         return None
+    paper = "paper_speedup" in df and df["paper_speedup"].notna().any()
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
         for method in data.sorted_methods(sub["method"]):
@@ -143,21 +160,21 @@ def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | Non
                 ax.scatter(ref.index, ref, marker="x", color=colours[method], s=30)
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         ax.set_ylabel("speedup over 16-bit")
-        ax.legend(fontsize=7, title="method (x: paper)", title_fontsize=7)
+        title = "method (x: paper)" if paper else "method"
+        ax.legend(fontsize=7, title=title, title_fontsize=7)
 
     svg = _backend_panels_over_dmodel(df, draw)
-    return Figure(
-        "Speedup over 16-bit vs model dimension",
-        f"layer {layer}, {tokens} tokens; bars: 95% interval of each speedup; dotted line: the "
-        "16-bit baseline; crosses: the paper's App. D.1 figure",
-        svg,
-    )
+    parts = [f"layer {layer}, {tokens} tokens"]
+    parts += ["bars: 95% interval of each speedup"] if _has_interval(df) else []
+    parts += ["dotted line: the 16-bit baseline"]
+    parts += ["crosses: the paper's App. D.1 figure"] if paper else []
+    return Figure("Speedup over 16-bit vs model dimension", "; ".join(parts), svg)
 
 
 def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
     """Speedup vs token count, one panel per model size, one line per backend · method;
     only when several token counts were run."""
-    df = ok[ok["layer"] == layer].dropna(subset=["speedup"])
+    df = _not_baseline(ok[ok["layer"] == layer].dropna(subset=["speedup"]))
     if df["tokens"].nunique() < 2:
         return None
     sizes = data.sizes(df)
@@ -191,7 +208,9 @@ def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
                 legend.setdefault(name, handle)
         fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
         svg = _encode(fig)
-    return Figure("Speedup vs tokens", f"layer {layer}; line style: backend", svg)
+    bars = "; bars: 95% interval of each speedup" if _has_interval(df) else ""
+    caption = f"layer {layer}; line style: backend{bars}; dotted line: the 16-bit baseline"
+    return Figure("Speedup vs tokens", caption, svg)
 
 
 def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
@@ -242,6 +261,7 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         {(b, m) for b, m in zip(df["backend"], df["method"], strict=True)},
         key=lambda bm: (bm[0], data.method_sort_key(bm[1])),
     )
+    drawn: set[str] = set()  # the legend names only the stages some bar shows
     with _style():
         fig, axes = _new(len(sizes), wrap=3, sharey=False, h=0.35 * len(labels) + 1.4)
         for ax, (d, name) in zip(axes, sizes, strict=True):
@@ -254,7 +274,9 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
                 left = 0.0
                 for stage in data.STAGES:
                     width = float(rec["stages_ms"].get(stage) or 0.0)
-                    ax.barh(y, width, left=left, color=stage_colours[stage])
+                    if width > 0:
+                        ax.barh(y, width, left=left, color=stage_colours[stage])
+                        drawn.add(stage)
                     left += width
                 if pd.notna(rec.get("median_ms")):
                     ax.plot([rec["median_ms"]] * 2, [y - 0.4, y + 0.4], color="black", lw=1.5)
@@ -263,7 +285,7 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
             ax.invert_yaxis()
             ax.set_title(f"{name} (d={d})", fontsize=9)
             ax.set_xlabel("ms")
-        handles = [Patch(color=c, label=s) for s, c in stage_colours.items()]
+        handles = [Patch(color=c, label=s) for s, c in stage_colours.items() if s in drawn]
         axes[0].legend(handles=handles, fontsize=7, loc="lower right")
         svg = _encode(fig)
     return Figure(
@@ -280,22 +302,23 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     df = df[df["rel_error"] > 0]
     if df.empty:
         return None
+    baseline = "baseline_rel_error" in df and (df["baseline_rel_error"] > 0).any()
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
-        _method_lines(ax, sub, "rel_error", colours)
+        _method_lines(ax, _not_baseline(sub), "rel_error", colours)
         base = sub.groupby("d_model")["baseline_rel_error"].median().dropna()
         base = base[base > 0]
         if not base.empty:
             ax.plot(base.index, base.values, color="black", ls="--", label="16-bit baseline")
-        ax.set_yscale("log")
-        _plain_log_axis(ax.yaxis)
+        _numeric_log_axis(ax, "y")
         ax.set_ylabel("relative error (Frobenius)")
         ax.legend(fontsize=7)
 
     svg = _backend_panels_over_dmodel(df, draw)
+    dashed = "; dashed: the 16-bit baseline on the same inputs" if baseline else ""
     return Figure(
         "Error vs model dimension",
-        f"layer {layer}, {tokens} tokens; error against the float64 product",
+        f"layer {layer}, {tokens} tokens; error against the float64 product{dashed}; log scale",
         svg,
     )
 
@@ -318,12 +341,13 @@ def _method_lines(ax, sub: pd.DataFrame, column: str, colours: dict) -> None:
 
 def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
     """Weight MiB per method and size beside the 16-bit weights of the same layer."""
-    df = ok[ok["layer"] == layer].dropna(subset=["weight_bytes"])
+    all_rows = ok[ok["layer"] == layer].dropna(subset=["weight_bytes"])
+    df = _not_baseline(all_rows)  # the baseline's bar is the grey 16-bit one
     if df.empty:
         return None
     per = df.groupby(["d_model", "method"])["weight_bytes"].median().unstack("method")
     per = per[data.sorted_methods(per.columns)]
-    per.insert(0, "16-bit weights", df.groupby("d_model")["weight_bytes_16bit"].median())
+    per.insert(0, "16-bit weights", all_rows.groupby("d_model")["weight_bytes_16bit"].median())
     per = per / 2**20
     colours = _palette(df["method"])
     colours["16-bit weights"] = (0.3, 0.3, 0.3)
@@ -331,13 +355,16 @@ def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
         fig, (ax,) = _new(1, h=PANEL_H + 0.6)
         fig.set_figwidth(max(PANEL_W, 1.0 + 0.9 * len(per)))
         per.plot.bar(ax=ax, color=[colours[c] for c in per.columns], width=0.85)
-        ax.set_yscale("log")
-        _plain_log_axis(ax.yaxis)
+        _numeric_log_axis(ax, "y")
         ax.set_xlabel("model dimension d")
         ax.set_ylabel("MiB")
         ax.legend(fontsize=7)
         svg = _encode(fig)
-    return Figure("Weight memory per method", f"layer {layer}; log scale", svg)
+    return Figure(
+        "Weight memory per method",
+        f"layer {layer}; MiB kept for the weights; grey: the layer's 16-bit weights; log scale",
+        svg,
+    )
 
 
 def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
@@ -365,7 +392,7 @@ def _numeric_log_axis(ax, axis: str = "y") -> None:
     wide = lo > 0 and hi / lo > 1e3  # many decades: one tick per decade
     subs = (1.0,) if wide else (1.0, 2.0, 5.0)
     target.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
-    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_major_formatter(FuncFormatter(_number))
     target.set_minor_locator(NullLocator())
 
 

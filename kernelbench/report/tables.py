@@ -109,12 +109,13 @@ def _method_rows(
 def _backend_grids(
     df_all: pd.DataFrame,
     kind: str,
-    caption: str,
+    caption: str | Callable[[pd.DataFrame], str],
     cells: Callable[[str, pd.DataFrame], CellOf | None],
     sub: Callable[[str], str] = str,
 ) -> list[Grid]:
     """One grid per backend of ``df_all``: ``cells(backend, its rows)`` gives the backend's
-    cell function (None leaves the backend out)."""
+    cell function (None leaves the backend out); ``caption``, text or a function of the
+    backend's rows (a caption naming only the marks its grid shows)."""
     grids = []
     for backend, df in sorted(df_all.groupby("backend"), key=lambda kv: str(kv[0])):
         cell = cells(str(backend), df)
@@ -122,9 +123,8 @@ def _backend_grids(
             continue
         dims, columns = _columns(df)
         rows = _method_rows(df, dims, cell, sub)
-        grids.append(
-            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, kind)
-        )
+        text = caption(df) if callable(caption) else caption
+        grids.append(Grid(f"backend {backend}{third_party_label(df)}", text, columns, rows, kind))
     return grids
 
 
@@ -176,13 +176,27 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
 
         return cell
 
-    caption = (
-        f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
-        f"layer {layer}, {tokens} tokens; under each number: its 95% interval, samples n, and "
-        "'paper x', the paper's App. D.1 figure, where the paper has this cell; "
-        "! interval wider than the run's target; S suspect (see below)"
-    )
+    def caption(df: pd.DataFrame) -> str:
+        """Names only what this grid shows: the paper's figures, the ! and S marks."""
+        under = ["its 95% interval", "samples n"]
+        if "paper_speedup" in df and df["paper_speedup"].notna().any():
+            under.append("'paper x', the paper's App. D.1 figure, where the paper has this cell")
+        parts = [
+            "speedup over the 16-bit baseline (higher is better), median of paired ratios",
+            f"layer {layer}, {tokens} tokens",
+            "under each number: " + ", ".join(under),
+        ]
+        if _any(df, "ci_wide"):
+            parts.append("! interval wider than the run's target")
+        if _any(df, "suspect"):
+            parts.append("S suspect (see below)")
+        return "; ".join(parts)
+
     return _backend_grids(ok, "speedup", caption, cells)
+
+
+def _any(df: pd.DataFrame, flag: str) -> bool:
+    return flag in df and bool(df[flag].fillna(False).astype(bool).any())
 
 
 def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
@@ -237,10 +251,16 @@ def error_grids(ok: pd.DataFrame) -> list[Grid]:
 
         return cell
 
-    caption = (
-        "relative Frobenius error against the float64 product (int8_raw: against the exact "
-        "integer product); llm_int8: outlier columns detected beside those the inputs planted"
-    )
+    def caption(df: pd.DataFrame) -> str:
+        text = "relative Frobenius error against the float64 product"
+        if (df["method"] == "int8_raw").any():
+            text += " (int8_raw: against the exact integer product)"
+        llm = df[df["method"] == "llm_int8"]
+        cols = ["outlier_cols", "planted_outlier_cols"]
+        if all(c in llm for c in cols) and not llm.dropna(subset=cols).empty:
+            text += "; llm_int8: outlier columns detected beside those the inputs planted"
+        return text
+
     return _backend_grids(ok, "error", caption, cells)
 
 
