@@ -686,6 +686,87 @@ def test_log_axes_read_as_plain_numbers():
         assert not any("$" in t or "mathdefault" in t for t in labels)
 
 
+def _ab_runs(tmp_path: Path) -> tuple[Path, Path]:
+    """A and B of one machine class, every ok row paired with a ±2% interval. B ran 1.25x faster
+    in time everywhere, its 16-bit baseline too (a quiet machine against a loaded one: the same
+    speedups), except two pairs whose speedup over 16-bit moved: custom llm_int8 gained 1.5x
+    (faster), torch int8_raw kept 0.6x of its speedup (slower)."""
+    change = {("custom", "llm_int8"): 1.5, ("torch", "int8_raw"): 0.6}
+    runs = []
+    for name, faster in (("a", 1.0), ("b", 1.25)):
+        writer = ResultsWriter(tmp_path / name)
+        for r in make_rows(faster):
+            if r.status == "ok":
+                c = change.get((r.backend, r.method), 1.0) if name == "b" else 1.0
+                r.speedup *= c
+                r.median_ms /= c
+                r.paired, r.speedup_lo, r.speedup_hi = True, r.speedup * 0.98, r.speedup * 1.02
+            writer.append(r)
+        runs.append(tmp_path / name)
+    return runs[0], runs[1]
+
+
+def test_ab_plot_shows_the_speedup_ratio_its_verdict_judges(tmp_path, monkeypatch):
+    """The A/B figure draws B's speedup over 16-bit divided by A's (1.5 faster, 0.6 slower, 1.0
+    for the pairs that only ran on a quieter machine, whose time ratio is 0.8), its axis says
+    so, and its bars (the verdict's noise band) leave out 1 exactly for the faster and the
+    slower pair."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_hex
+
+    from kernelbench.report import plots
+
+    figures = []
+    encode = plots._encode
+    monkeypatch.setattr(plots, "_encode", lambda fig: figures.append(fig) or encode(fig))
+    a, b = _ab_runs(tmp_path)
+    html = write_report([a, b]).read_text(encoding="utf-8")
+    assert len(figures) == 1
+    assert "Speedup over 16-bit, B / A" in html and "Time ratio B / A" not in html
+    want = {("custom", "llm_int8"): 1.5, ("torch", "int8_raw"): 0.6}
+    seen = set()
+    for ax in figures[0].axes:
+        backend = ax.get_title().removeprefix("backend ")
+        assert ax.get_ylabel() == "speedup over 16-bit, B / A"
+        method_of = {}
+        for line in ax.get_lines():
+            if line.get_label().startswith("_"):  # the dotted line at 1
+                continue
+            method = line.get_label()
+            method_of[to_hex(line.get_color())] = method
+            expected = want.get((backend, method), 1.0)
+            assert list(line.get_ydata()) == pytest.approx([expected] * 3), (backend, method)
+            seen.add((backend, method))
+        bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+        assert len(bars) == len(method_of)  # one set of bars per method line
+        for c in bars:
+            method = method_of[to_hex(c.get_colors()[0])]
+            for (_, lo), (_, hi) in c.get_segments():
+                if (backend, method) == ("custom", "llm_int8"):
+                    assert lo > 1.0
+                elif (backend, method) == ("torch", "int8_raw"):
+                    assert hi < 1.0
+                else:
+                    assert lo < 1.0 < hi
+    assert set(want) <= seen and ("torch", "fp16") not in seen  # the baseline: the line at 1
+
+
+def test_paired_band_leaves_out_one_exactly_where_the_verdict_finds_a_change(tmp_path):
+    from kernelbench.report import data, tables
+    from kernelbench.results.schema import KEY_COLUMNS
+
+    a, b = (data.load_run(p) for p in _ab_runs(tmp_path))
+    pairs = tables.paired(a.ok, b.ok, list(KEY_COLUMNS))
+    assert len(pairs) == 48 and pairs["speedup_ratio_lo"].notna().all()
+    clear = (pairs["speedup_ratio_lo"] > 1) | (pairs["speedup_ratio_hi"] < 1)
+    assert list(clear) == list(pairs["verdict"].isin(["faster", "slower"]))
+    assert set(pairs["verdict"]) == {"faster", "slower", "same"}
+    assert pairs["ratio"].min() == pytest.approx(0.8 / 1.5)  # time B/A moved everywhere
+    # a spread not measured (one sample, no interval): no band
+    thin = b.ok.assign(samples=1, speedup_lo=None, speedup_hi=None, paired=False)
+    assert tables.paired(a.ok, thin, list(KEY_COLUMNS))["speedup_ratio_lo"].isna().all()
+
+
 def _svg_texts(html: str) -> list[str]:
     return [t.strip() for t in re.findall(r"<text\b[^>]*>([^<]*)</text>", html) if t.strip()]
 

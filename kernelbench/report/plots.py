@@ -323,13 +323,14 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     )
 
 
-def _interval_bars(ax, m: pd.DataFrame, colour) -> None:
-    """Vertical bars from ``speedup_lo`` to ``speedup_hi`` where a point has an interval."""
-    if "speedup_lo" not in m or "speedup_hi" not in m:
+def _interval_bars(ax, m: pd.DataFrame, colour, value: str = "speedup") -> None:
+    """Vertical bars from ``<value>_lo`` to ``<value>_hi`` where a point has an interval."""
+    lo, hi = f"{value}_lo", f"{value}_hi"
+    if lo not in m or hi not in m:
         return
-    have = m.dropna(subset=["speedup", "speedup_lo", "speedup_hi"])
+    have = m.dropna(subset=[value, lo, hi])
     if not have.empty:
-        ax.vlines(have.index, have["speedup_lo"], have["speedup_hi"], color=colour, lw=1.5)
+        ax.vlines(have.index, have[lo], have[hi], color=colour, lw=1.5)
 
 
 def _method_lines(ax, sub: pd.DataFrame, column: str, colours: dict) -> None:
@@ -368,19 +369,36 @@ def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
 
 
 def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
-    """A/B: median time B/A vs d_model, one line per method, one panel per backend."""
-    df = _cell(pairs, layer, tokens).dropna(subset=["ratio"])
+    """A/B: what the verdict judges, B's speedup over its own 16-bit baseline divided by A's,
+    vs d_model, one line per method, one panel per backend; bars: the verdict's noise band
+    around each ratio (``speedup_ratio_lo`` / ``_hi`` of :func:`.tables.paired`), which
+    leaves out 1 exactly where the verdict is faster or slower. The time ratio B / A, which
+    moves with the machine's load, is in the table cells only."""
+    df = _not_baseline(_cell(pairs, layer, tokens).dropna(subset=["speedup_ratio"]))
     if df.empty:
         return None
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
-        _method_lines(ax, sub, "ratio", colours)
+        for method in data.sorted_methods(sub["method"]):
+            m = sub[sub["method"] == method].groupby("d_model").median(numeric_only=True)
+            ax.plot(m.index, m["speedup_ratio"], marker="o", color=colours[method], label=method)
+            _interval_bars(ax, m, colours[method], "speedup_ratio")
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
-        ax.set_ylabel("time B / A")
-        ax.legend(fontsize=7)
+        ax.set_ylabel("speedup over 16-bit, B / A")
+        ax.legend(fontsize=7, title="method", title_fontsize=7)
 
     svg = _backend_panels_over_dmodel(df, draw)
-    return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", svg)
+    parts = [
+        f"layer {layer}, {tokens} tokens; B's speedup over its own 16-bit baseline divided by "
+        "A's, the measure the verdict judges: above 1, B gained on its baseline"
+    ]
+    if _has_interval(df, "speedup_ratio"):
+        parts.append(
+            "bars: the verdict's noise band (both speedups' 95% intervals combined); a bar clear "
+            "of the dotted line at 1 is a faster or slower verdict"
+        )
+    parts.append("the time ratio B / A, which moves with the machine's load, is in the table")
+    return Figure("Speedup over 16-bit, B / A", "; ".join(parts), svg)
 
 
 def _numeric_log_axis(ax, axis: str = "y") -> None:

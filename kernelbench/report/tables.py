@@ -359,21 +359,32 @@ _PAIR_FIELDS = [
 
 
 def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Rows measured in both runs, with the time ratio B/A (below 1: B is faster) and the
-    verdict of :func:`kernelbench.results.verdict.speed_verdict` (the one ``compare`` gives)."""
+    """Rows measured in both runs, with the time ratio B/A (below 1: B is faster), the ratio
+    of their speedups over 16-bit B/A (``speedup_ratio``) and the verdict of
+    :func:`kernelbench.results.verdict.speed_verdict` (the one ``compare`` gives) on it.
+
+    ``speedup_ratio_lo`` / ``_hi``: the verdict's noise band around the speedup ratio,
+    ``r / (1 + noise)`` to ``r * (1 + noise)``; at zero tolerance the verdict is faster or
+    slower exactly when the band leaves out 1. NaN where the verdict did not compare
+    speedups or a spread behind its noise was not measured."""
     cols = [*keys, *(c for c in _PAIR_FIELDS if c in a_ok.columns and c in b_ok.columns)]
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
     merged["ratio"] = merged["median_ms_b"] / merged["median_ms_a"]
-    # what the verdict judges: each run's paired speedup over its own 16-bit baseline, B / A
-    if "speedup_a" in merged and "speedup_b" in merged:
-        merged["speedup_ratio"] = merged["speedup_b"] / merged["speedup_a"]
-    else:
-        merged["speedup_ratio"] = float("nan")
-    merged["verdict"] = [
-        speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0).verdict
-        for rec in merged.to_dict("records")
+    calls = [
+        speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0) for rec in merged.to_dict("records")
     ]
+    merged["verdict"] = [c.verdict for c in calls]
+    # what the verdict judges: each run's speedup over its own 16-bit baseline, B / A
+    nan = float("nan")
+    ratios = [c.new_value / c.base_value if c.metric == "speedup" else nan for c in calls]
+    merged["speedup_ratio"] = ratios
+    noises = [
+        c.noise if c.metric == "speedup" and c.noise is not None and not c.unmeasured else nan
+        for c in calls
+    ]
+    merged["speedup_ratio_lo"] = [r / (1 + n) for r, n in zip(ratios, noises, strict=True)]
+    merged["speedup_ratio_hi"] = [r * (1 + n) for r, n in zip(ratios, noises, strict=True)]
     return merged
 
 
