@@ -57,6 +57,38 @@ def test_not_applicable_reasons_are_recognised():
     assert not is_not_applicable(CUDA_REASON) and not is_not_applicable(None)
 
 
+def test_torch_vectorwise_is_a_pair_that_does_not_apply(tmp_path, row_factory):
+    """The torch backend implements 'vectorwise_torch', not 'vectorwise': a sweep's torch
+    'vectorwise' row is counted among the pairs that do not apply, never listed as a skip;
+    so is such a row written by an earlier version in its own words."""
+    import torch
+
+    from kernelbench.backends.torch_ops import BACKEND as TORCH
+    from kernelbench.measure.engine import TimerSettings
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.executors import get_executor
+    from kernelbench.run.plan import RunOptions, plan
+
+    why = TORCH.supports("vectorwise", torch.device("cpu"), torch.bfloat16, 8, 768, 3072)
+    assert not why and why.reason.startswith(not_implemented_reason("torch", "vectorwise"))
+    assert is_not_applicable(why.reason) and "vectorwise_torch" in why.reason
+    assert TORCH.supports("vectorwise_torch", torch.device("cpu"), torch.bfloat16, 8, 768, 3072)
+    tiny = TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1)
+    opts = RunOptions(sizes=(768,), tokens=(8,), backends=("torch",),
+                      methods=("fp16", "vectorwise", "vectorwise_torch"), device="cpu",
+                      timer=tiny, stage_timer=tiny, error_rows=8, rounds=1,
+                      extra_rounds=0)  # fmt: skip
+    case = load_case("gpt3")
+    writer = ResultsWriter(tmp_path / "run")
+    for _, row in get_executor("local").run(plan(case, opts), case, opts, set()):
+        writer.append(row)
+    old = "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
+    writer.append(row_factory("vectorwise", "torch", d_model=2048, status="skipped", reason=old))
+    text = printed(tmp_path / "run")
+    assert "Not measured" not in text and "skipped (vectorwise)" not in text, text
+    assert "2 rows of (backend, method) pairs that do not apply" in text
+
+
 def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
     first, second = headline(load_view(run_dir))
     assert first.startswith("Fastest over 16-bit (cpu-test-2core · layer ffn1 · 8 tokens)")

@@ -21,7 +21,7 @@ from kernelbench.backends.base import (
     torch_device_availability,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
-from kernelbench.core import METHODS
+from kernelbench.core import METHODS, not_implemented_reason
 from kernelbench.kernels import padding
 from kernelbench.quant import PreparedWeight
 
@@ -74,9 +74,9 @@ class TorchBackend(Backend):
         if not avail:
             return avail
         if method == "vectorwise":
-            return Availability.no(
-                "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
-            )
+            # a pair that does not apply (not a skip): listed with the others, counted only
+            why = "its vector-wise scheme is 'vectorwise_torch', the same computation"
+            return Availability.no(not_implemented_reason(self.name, method, why))
         if torch.device(device).type == "cuda" and method not in ("fp32", "fp16"):
             why = padding.shape_rule(k, n, CUDA_DIM_MULTIPLE)  # any k, n: padded to 8
             return Availability.no(why) if why else Availability.yes()
