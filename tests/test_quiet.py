@@ -197,3 +197,26 @@ def test_compiling_torchao_prints_no_warning():
         pytest.skip(proc.stdout.strip())
     assert proc.stdout.strip() == "ok"
     assert "_stable_hash_for_caching" not in proc.stderr, proc.stderr
+
+
+def test_a_library_warning_while_reading_a_run_is_shown_once():
+    """Any other warning met while ``show`` or ``report`` read a run (a plotting library's
+    advice, say) is shown once after reading, and reading ends: shown inside the recording
+    context it would be recorded again and again, without end. A fresh process, its memory
+    capped, so that such a loop fails here instead of filling the machine."""
+    code = (
+        "import resource, warnings\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from kernelbench.cli.common import skipped_lines_reported\n"
+        "from kernelbench.results.schema import SkippedLinesWarning\n"
+        "with skipped_lines_reported():\n"
+        "    warnings.warn('a library advises', UserWarning)\n"
+        "    warnings.warn('line 2 is not a row', SkippedLinesWarning)\n"
+        "print('done')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+    assert proc.stderr.count("UserWarning: a library advises") == 1, proc.stderr[-2000:]
+    assert "warning: line 2 is not a row" in proc.stderr
