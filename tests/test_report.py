@@ -798,3 +798,22 @@ def test_figures_and_captions_explain_only_what_they_show(single, tmp_path):
     assert "outlier_product" not in texts
     assert "bars: 95% interval of each speedup" in html
     assert "! interval wider than the run's target" in html  # ±10% against a 5% target
+
+
+def test_a_backend_with_only_the_baseline_gets_no_empty_panel(tmp_path):
+    """torch ran only the 16-bit baseline, with no baseline error recorded: the error figure
+    has no empty torch panel (matplotlib would warn of a legend with nothing in it)."""
+    import warnings
+
+    from conftest import make_row
+
+    writer = ResultsWriter(tmp_path)
+    writer.append(make_row("fp16", "torch"))
+    writer.append(make_row("llm_int8", "custom", median_ms=0.5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        html = write_report([tmp_path]).read_text(encoding="utf-8")
+    assert not [w for w in caught if "No artists with labels" in str(w.message)]
+    texts = _svg_texts(html)
+    assert "backend custom" in texts and "backend torch" not in texts
+    assert "Error vs model dimension" in html

@@ -286,7 +286,8 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
             ax.set_title(f"{name} (d={d})", fontsize=9)
             ax.set_xlabel("ms")
         handles = [Patch(color=c, label=s) for s, c in stage_colours.items() if s in drawn]
-        axes[0].legend(handles=handles, fontsize=7, loc="lower right")
+        if handles:
+            axes[0].legend(handles=handles, fontsize=7, loc="lower right")
         svg = _encode(fig)
     return Figure(
         "Time per stage",
@@ -299,13 +300,14 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Relative error vs d_model per method, one panel per backend; the dashed black line is
     the 16-bit baseline's error on the same inputs."""
     df = _cell(ok, layer, tokens).dropna(subset=["rel_error"])
-    df = df[df["rel_error"] > 0]
+    # a panel per backend with a method besides the baseline, whose line every row carries
+    df = _not_baseline(df[df["rel_error"] > 0])
     if df.empty:
         return None
     baseline = "baseline_rel_error" in df and (df["baseline_rel_error"] > 0).any()
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
-        _method_lines(ax, _not_baseline(sub), "rel_error", colours)
+        _method_lines(ax, sub, "rel_error", colours)
         base = sub.groupby("d_model")["baseline_rel_error"].median().dropna()
         base = base[base > 0]
         if not base.empty:
