@@ -57,6 +57,38 @@ def test_not_applicable_reasons_are_recognised():
     assert not is_not_applicable(CUDA_REASON) and not is_not_applicable(None)
 
 
+def test_torch_vectorwise_is_a_pair_that_does_not_apply(tmp_path, row_factory):
+    """The torch backend implements 'vectorwise_torch', not 'vectorwise': a sweep's torch
+    'vectorwise' row is counted among the pairs that do not apply, never listed as a skip;
+    so is such a row written by an earlier version in its own words."""
+    import torch
+
+    from kernelbench.backends.torch_ops import BACKEND as TORCH
+    from kernelbench.measure.engine import TimerSettings
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.executors import get_executor
+    from kernelbench.run.plan import RunOptions, plan
+
+    why = TORCH.supports("vectorwise", torch.device("cpu"), torch.bfloat16, 8, 768, 3072)
+    assert not why and why.reason.startswith(not_implemented_reason("torch", "vectorwise"))
+    assert is_not_applicable(why.reason) and "vectorwise_torch" in why.reason
+    assert TORCH.supports("vectorwise_torch", torch.device("cpu"), torch.bfloat16, 8, 768, 3072)
+    tiny = TimerSettings(budget_s=0.02, warmup_s=0.0, min_samples=1)
+    opts = RunOptions(sizes=(768,), tokens=(8,), backends=("torch",),
+                      methods=("fp16", "vectorwise", "vectorwise_torch"), device="cpu",
+                      timer=tiny, stage_timer=tiny, error_rows=8, rounds=1,
+                      extra_rounds=0)  # fmt: skip
+    case = load_case("gpt3")
+    writer = ResultsWriter(tmp_path / "run")
+    for _, row in get_executor("local").run(plan(case, opts), case, opts, set()):
+        writer.append(row)
+    old = "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
+    writer.append(row_factory("vectorwise", "torch", d_model=2048, status="skipped", reason=old))
+    text = printed(tmp_path / "run")
+    assert "Not measured" not in text and "skipped (vectorwise)" not in text, text
+    assert "2 rows of (backend, method) pairs that do not apply" in text
+
+
 def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
     first, second = headline(load_view(run_dir))
     assert first.startswith("Fastest over 16-bit (cpu-test-2core · layer ffn1 · 8 tokens)")
@@ -102,3 +134,26 @@ def test_a_run_whose_every_row_was_skipped_prints_its_reasons(tmp_path, row_fact
     assert "no speedup over 16-bit measured" in text or "No row was measured" in text
     assert "cublaslt: 1 skipped" in text
     assert "Traceback" not in text
+
+
+def _two_token_run(path, row_factory, without_interval: str):
+    """custom llm_int8 and vectorwise at 8 and 2048 tokens, each speedup with an interval but
+    ``without_interval``'s at 8 tokens (printed ``?``); only llm_int8 has a by-tokens table."""
+    writer = ResultsWriter(path)
+    for tokens in (8, 2048):
+        writer.append(row_factory("fp16", "torch", tokens=tokens))
+        for method in ("llm_int8", "vectorwise"):
+            bare = (method, tokens) == (without_interval, 8)
+            interval = {} if bare else dict(speedup_lo=0.99, speedup_hi=1.01)
+            writer.append(row_factory(method, "custom", tokens=tokens, **interval))
+    return path
+
+
+def test_legend_names_a_mark_only_where_a_table_prints_it(tmp_path, row_factory):
+    """A speedup without interval at a token count no table prints (vectorwise has no
+    by-tokens table): no '?' in the tables, none in the legend; the same on llm_int8, whose
+    by-tokens table prints it: explained."""
+    hidden = printed(_two_token_run(tmp_path / "a", row_factory, "vectorwise"))
+    assert "?" not in hidden
+    shown = printed(_two_token_run(tmp_path / "b", row_factory, "llm_int8"))
+    assert "1.00 ?" in shown and "? one pair only" in shown

@@ -16,7 +16,13 @@ from kernelbench.checks import InputError
 from kernelbench.cli import app
 from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import outlier_columns
-from kernelbench.results.schema import KEY_COLUMNS, ResultsWriter, load_results, read_rows
+from kernelbench.results.schema import (
+    KEY_COLUMNS,
+    ResultsWriter,
+    SkippedLinesWarning,
+    load_results,
+    read_rows,
+)
 from kernelbench.run.cases import load_activation_file, load_case, make_inputs, outlier_activations
 from kernelbench.run.cell import measure_cell
 from kernelbench.run.executors import get_executor
@@ -296,7 +302,8 @@ def test_torn_last_line_is_ignored_and_bad_schema_refused(tmp_path):
         writer.append(row)
     with writer.path.open("a") as fh:
         fh.write('{"schema_version": 1, "case": "gpt')  # a write cut off by ^C
-    df = load_results(tmp_path)
+    with pytest.warns(SkippedLinesWarning, match="the last line is cut off"):
+        df = load_results(tmp_path)
     assert len(df) == 1 and set(KEY_COLUMNS) <= set(df.columns)
     bad = tmp_path / "bad"
     bad.mkdir()

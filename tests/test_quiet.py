@@ -165,3 +165,58 @@ def test_readers_print_nothing_on_stderr_and_import_no_peer(tmp_path, row_factor
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "Fastest over 16-bit" in proc.stdout
+
+
+def test_compiling_torchao_prints_no_warning():
+    """torchao_compile's first (compiling) call: torch's advice to torchao's Int8Tensor (define
+    a stable cache hash) is not shown; a fresh process, as torch warns once per process."""
+    pytest.importorskip("torchao")
+    code = (
+        "import torch\n"
+        "from kernelbench.backends import get_backend\n"
+        "from kernelbench.quant import QuantConfig\n"
+        "backend = get_backend('torchao_compile')\n"
+        "avail = backend.availability(torch.device('cpu'))\n"
+        "if not avail: print('unavailable:', avail.reason); raise SystemExit\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x = torch.randn(8, 64, generator=g).bfloat16()\n"
+        "w, b = torch.randn(48, 64, generator=g).bfloat16(), torch.zeros(48).bfloat16()\n"
+        "r = backend.runner('vectorwise', x, w, b, QuantConfig())\n"
+        "assert r.compile_seconds > 0 and r.run().shape == (8, 48)\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    if proc.stdout.startswith("unavailable:"):
+        pytest.skip(proc.stdout.strip())
+    assert proc.stdout.strip() == "ok"
+    assert "_stable_hash_for_caching" not in proc.stderr, proc.stderr
+
+
+def test_a_library_warning_while_reading_a_run_is_shown_once():
+    """Any other warning met while ``show`` or ``report`` read a run (a plotting library's
+    advice, say) is shown once after reading, and reading ends: shown inside the recording
+    context it would be recorded again and again, without end. A fresh process, its memory
+    capped, so that such a loop fails here instead of filling the machine."""
+    code = (
+        "import resource, warnings\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from kernelbench.cli.common import skipped_lines_reported\n"
+        "from kernelbench.results.schema import SkippedLinesWarning\n"
+        "with skipped_lines_reported():\n"
+        "    warnings.warn('a library advises', UserWarning)\n"
+        "    warnings.warn('line 2 is not a row', SkippedLinesWarning)\n"
+        "print('done')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+    assert proc.stderr.count("UserWarning: a library advises") == 1, proc.stderr[-2000:]
+    assert "warning: line 2 is not a row" in proc.stderr

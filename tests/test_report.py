@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import io
 import json
 import re
+import xml.etree.ElementTree as ET
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -149,12 +149,12 @@ def write_run(run_dir: Path, faster: float = 1.0, peak: bool = True) -> Path:
 
 
 class _Cells(HTMLParser):
-    """Collects <td data-*> cells of grid tables, the <img> sources and element ids/classes."""
+    """Collects <td data-*> cells of grid tables, the <svg> plots and element ids/classes."""
 
     def __init__(self) -> None:
         super().__init__()
         self.cells: list[dict] = []
-        self.images: list[str] = []
+        self.images: list[str] = []  # an <svg> element per plot, as its id-less tag name
         self.classes: set[str] = set()
         self.grid_kind = ""
         self._cell: dict | None = None
@@ -167,8 +167,8 @@ class _Cells(HTMLParser):
             self.grid_kind = kinds[0][5:] if kinds else ""
         if tag == "td" and "data-method" in a:
             self._cell = {"kind": self.grid_kind, **a, "text": ""}
-        if tag == "img":
-            self.images.append(a["src"])
+        if tag in ("img", "svg"):
+            self.images.append(tag)
 
     def handle_endtag(self, tag):
         if tag == "td" and self._cell is not None:
@@ -251,7 +251,9 @@ def test_escaping(single):
 def test_no_network_resources(single):
     _, html = single
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
-    assert "@import" not in html and "url(" not in html
+    assert "@import" not in html
+    urls = re.findall(r"url\(([^)]*)\)", html)  # the plots' clip paths: in-page fragments only
+    assert urls and all(u.startswith("#") for u in urls), sorted(set(urls))[:5]
 
 
 def test_speedup_cells_match_results(single, tmp_path):
@@ -331,28 +333,130 @@ def test_problem_rows_listed(single):
     assert html.count('class="status-failed"') == 1
 
 
-def _png_ok(uri: str) -> None:
-    prefix = "data:image/png;base64,"
-    assert uri.startswith(prefix)
-    raw = base64.b64decode(uri[len(prefix) :], validate=True)
-    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
-    try:
-        from PIL import Image
-    except ImportError:
-        return
-    with Image.open(io.BytesIO(raw)) as img:
-        img.verify()
-        assert img.size[0] > 200 and img.size[1] > 100
+SVG = "{http://www.w3.org/2000/svg}"
+XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
 
 
-def test_images_decode(single):
+def svgs(html: str) -> list[str]:
+    """The inline <svg> elements of a page, as markup."""
+    return re.findall(r"<svg\b.*?</svg>", html, flags=re.S)
+
+
+def _svg_ok(svg: str) -> None:
+    """Well-formed SVG with a size, its text as <text> elements, referring to nothing outside
+    itself."""
+    root = ET.fromstring(svg)
+    assert root.tag == f"{SVG}svg" and root.get("viewBox")
+    assert root.get("width", "").endswith("pt") and root.get("height", "").endswith("pt")
+    assert [t.text for t in root.iter(f"{SVG}text") if t.text], "text was drawn as paths"
+    assert not list(root.iter(f"{SVG}image")) and "@import" not in svg
+    hrefs = [el.get(XLINK_HREF) or el.get("href") for el in root.iter()]
+    assert all(h.startswith("#") for h in hrefs if h), hrefs
+    ids = {f"#{i}" for i in re.findall(r'id="([^"]+)"', svg)}
+    assert set(re.findall(r"url\(([^)]*)\)", svg)) <= ids  # clip paths of this figure
+
+
+def test_plots_are_inline_svg(single):
     _, html = single
-    images = _parse(html).images
+    plots_ = svgs(html)
     # speedup vs d, speedup vs tokens, size x tokens heatmaps, stages, error, speed vs error,
     # memory
-    assert len(images) == 7
-    for uri in images:
-        _png_ok(uri)
+    assert len(plots_) == 7 == len(_parse(html).images)
+    for svg in plots_:
+        _svg_ok(svg)
+    assert "<?xml" not in html and "<!DOCTYPE svg" not in html
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) > 100 and len(ids) == len(set(ids)), "two elements of the page share an id"
+
+
+class PlotTicks(HTMLParser):
+    """The tick labels of each plot of a page (``figures[title]["x" | "y"]``), read from the
+    ``<text>`` elements inside matplotlib's ``xtick_N`` / ``ytick_N`` groups; the title is the
+    figure's caption's bold part."""
+
+    TICK = re.compile(r"(?:^|-)([xy])tick_\d+$")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[str, dict[str, list[str]]] = {}
+        self._fig: dict | None = None
+        self._groups: list[str | None] = []
+        self._text: str | None = None
+        self._title: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "figure" and "plot" in (a.get("class") or "").split():
+            self._fig = {"x": [], "y": []}
+        elif self._fig is None:
+            return
+        elif tag == "g":
+            tick = self.TICK.search(a.get("id") or "")
+            self._groups.append(tick.group(1) if tick else None)
+        elif tag == "text":
+            self._text = ""
+        elif tag == "strong":
+            self._title = ""
+
+    def handle_endtag(self, tag):
+        if self._fig is None:
+            return
+        if tag == "g" and self._groups:
+            self._groups.pop()
+        elif tag == "text" and self._text is not None:
+            axis = next((g for g in reversed(self._groups) if g), None)
+            if axis and self._text.strip():
+                self._fig[axis].append(self._text.strip())
+            self._text = None
+        elif tag == "strong" and self._title is not None:
+            self._fig["title"] = self._title.strip().rstrip(".")
+            self._title = None
+        elif tag == "figure":
+            self.figures[self._fig.pop("title", "")] = self._fig
+            self._fig = None
+
+    def handle_data(self, text):
+        if self._text is not None:
+            self._text += text
+        if self._title is not None:
+            self._title += text
+
+
+def plot_tick_labels(html: str) -> dict[str, dict[str, list[str]]]:
+    p = PlotTicks()
+    p.feed(html)
+    return p.figures
+
+
+#: The log axes of a report's figures (figure title -> axis): their tick labels must read as
+#: plain numbers, ``0.001`` or ``1e-05``; matplotlib's own are mathtext (``$10^{-3}$``), which
+#: the figures turn off, and would then print as ``$\mathdefault{10^{-3}}$``.
+LOG_AXES = {
+    "Error vs model dimension": "y",
+    "Weight memory per method": "y",
+    "Speedup vs tokens": "x",
+    "Speed against error": "x",
+    "Accuracy study: error vs model size": "y",
+}
+PLAIN_NUMBER = re.compile(r"^\d+(\.\d+)?(e-\d+)?$")
+
+
+def assert_plain_log_labels(figures: dict, titles) -> None:
+    """Each named figure's log axis has at least two tick labels, every one a plain positive
+    number, spanning at least a factor of 2."""
+    for title in titles:
+        labels = figures[title][LOG_AXES[title]]
+        assert len(labels) >= 2, (title, labels)
+        bad = [t for t in labels if not PLAIN_NUMBER.match(t) or "$" in t or "mathdefault" in t]
+        assert not bad, (title, bad)
+        values = sorted({float(t) for t in labels})
+        assert values[0] > 0 and values[-1] / values[0] >= 2, (title, values)
+
+
+def test_log_axis_labels_in_the_page_are_plain_numbers(single):
+    figures = plot_tick_labels(single[1])
+    assert_plain_log_labels(figures, [t for t in LOG_AXES if t in figures])
+    assert {"Error vs model dimension", "Weight memory per method"} <= set(figures)
 
 
 def test_compare_mode(compare):
@@ -374,8 +478,9 @@ def test_compare_mode(compare):
     assert "all 48 matched cells" in html and "B is 0 faster, 48 same" in html
     assert html.count('class="status-skipped"') == 2  # one per run
     assert "<script" not in html.lower()
-    for uri in parsed.images:
-        _png_ok(uri)
+    assert len(parsed.images) == 1
+    for svg in svgs(html):
+        _svg_ok(svg)
 
 
 def test_compare_explicit_output_and_unmatched(tmp_path):
@@ -551,7 +656,7 @@ def test_frontier_points_are_speedup_against_error_ratio():
     rows += [make_row("llm_int8", "custom", rel_error=8e-3, baseline_rel_error=2e-3, speedup=1.7)]
     df = pd.DataFrame([dataclasses.asdict(r) for r in rows])
     fig = plots.speed_error_frontier(df, "ffn1", 8)
-    assert fig is not None and fig.uri.startswith("data:image/png;base64,")
+    assert fig is not None and fig.svg.startswith("<svg")
     # no error or no baseline error: nothing to place
     assert plots.speed_error_frontier(df.assign(baseline_rel_error=None), "ffn1", 8) is None
     assert plots.speed_error_frontier(df[df["method"] == "fp16"], "ffn1", 8) is None
@@ -579,3 +684,136 @@ def test_log_axes_read_as_plain_numbers():
             labels = {t.get_text() for t in ax.get_yticklabels() if t.get_text()}
         assert want <= labels, labels
         assert not any("$" in t or "mathdefault" in t for t in labels)
+
+
+def _ab_runs(tmp_path: Path) -> tuple[Path, Path]:
+    """A and B of one machine class, every ok row paired with a ±2% interval. B ran 1.25x faster
+    in time everywhere, its 16-bit baseline too (a quiet machine against a loaded one: the same
+    speedups), except two pairs whose speedup over 16-bit moved: custom llm_int8 gained 1.5x
+    (faster), torch int8_raw kept 0.6x of its speedup (slower)."""
+    change = {("custom", "llm_int8"): 1.5, ("torch", "int8_raw"): 0.6}
+    runs = []
+    for name, faster in (("a", 1.0), ("b", 1.25)):
+        writer = ResultsWriter(tmp_path / name)
+        for r in make_rows(faster):
+            if r.status == "ok":
+                c = change.get((r.backend, r.method), 1.0) if name == "b" else 1.0
+                r.speedup *= c
+                r.median_ms /= c
+                r.paired, r.speedup_lo, r.speedup_hi = True, r.speedup * 0.98, r.speedup * 1.02
+            writer.append(r)
+        runs.append(tmp_path / name)
+    return runs[0], runs[1]
+
+
+def test_ab_plot_shows_the_speedup_ratio_its_verdict_judges(tmp_path, monkeypatch):
+    """The A/B figure draws B's speedup over 16-bit divided by A's (1.5 faster, 0.6 slower, 1.0
+    for the pairs that only ran on a quieter machine, whose time ratio is 0.8), its axis says
+    so, and its bars (the verdict's noise band) leave out 1 exactly for the faster and the
+    slower pair."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import to_hex
+
+    from kernelbench.report import plots
+
+    figures = []
+    encode = plots._encode
+    monkeypatch.setattr(plots, "_encode", lambda fig: figures.append(fig) or encode(fig))
+    a, b = _ab_runs(tmp_path)
+    html = write_report([a, b]).read_text(encoding="utf-8")
+    assert len(figures) == 1
+    assert "Speedup over 16-bit, B / A" in html and "Time ratio B / A" not in html
+    want = {("custom", "llm_int8"): 1.5, ("torch", "int8_raw"): 0.6}
+    seen = set()
+    for ax in figures[0].axes:
+        backend = ax.get_title().removeprefix("backend ")
+        assert ax.get_ylabel() == "speedup over 16-bit, B / A"
+        method_of = {}
+        for line in ax.get_lines():
+            if line.get_label().startswith("_"):  # the dotted line at 1
+                continue
+            method = line.get_label()
+            method_of[to_hex(line.get_color())] = method
+            expected = want.get((backend, method), 1.0)
+            assert list(line.get_ydata()) == pytest.approx([expected] * 3), (backend, method)
+            seen.add((backend, method))
+        bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+        assert len(bars) == len(method_of)  # one set of bars per method line
+        for c in bars:
+            method = method_of[to_hex(c.get_colors()[0])]
+            for (_, lo), (_, hi) in c.get_segments():
+                if (backend, method) == ("custom", "llm_int8"):
+                    assert lo > 1.0
+                elif (backend, method) == ("torch", "int8_raw"):
+                    assert hi < 1.0
+                else:
+                    assert lo < 1.0 < hi
+    assert set(want) <= seen and ("torch", "fp16") not in seen  # the baseline: the line at 1
+
+
+def test_paired_band_leaves_out_one_exactly_where_the_verdict_finds_a_change(tmp_path):
+    from kernelbench.report import data, tables
+    from kernelbench.results.schema import KEY_COLUMNS
+
+    a, b = (data.load_run(p) for p in _ab_runs(tmp_path))
+    pairs = tables.paired(a.ok, b.ok, list(KEY_COLUMNS))
+    assert len(pairs) == 48 and pairs["speedup_ratio_lo"].notna().all()
+    clear = (pairs["speedup_ratio_lo"] > 1) | (pairs["speedup_ratio_hi"] < 1)
+    assert list(clear) == list(pairs["verdict"].isin(["faster", "slower"]))
+    assert set(pairs["verdict"]) == {"faster", "slower", "same"}
+    assert pairs["ratio"].min() == pytest.approx(0.8 / 1.5)  # time B/A moved everywhere
+    # a spread not measured (one sample, no interval): no band
+    thin = b.ok.assign(samples=1, speedup_lo=None, speedup_hi=None, paired=False)
+    assert tables.paired(a.ok, thin, list(KEY_COLUMNS))["speedup_ratio_lo"].isna().all()
+
+
+def _svg_texts(html: str) -> list[str]:
+    return [t.strip() for t in re.findall(r"<text\b[^>]*>([^<]*)</text>", html) if t.strip()]
+
+
+def test_figures_and_captions_explain_only_what_they_show(single, tmp_path):
+    """Legends and captions name what is drawn: the paper's crosses, the interval bars and the
+    outlier stage only where there are some; the 16-bit baseline once, in black, never also as
+    a method of its own colour."""
+    texts, html = _svg_texts(single[1]), unescape(single[1])  # the paper's cell, no intervals
+    assert "method (x: paper)" in texts and "crosses: the paper's App. D.1 figure" in html
+    assert '"paper x" under a number' in html and "'paper x', the paper's" in html
+    assert "outlier_product" in texts
+    assert "bars: 95% interval" not in html  # no row has an interval
+    assert "S suspect" not in html and "! interval wider" not in html  # no row is either
+    assert not [t for t in texts if t == "fp16" or t.endswith("· fp16")], "fp16 drawn as a method"
+    assert "16-bit baseline" in texts and "16-bit weights" in texts
+
+    writer = ResultsWriter(tmp_path / "run")
+    for r in make_rows():
+        if r.status == "ok":
+            r.paper_speedup = None
+            r.stages_ms = {k: v for k, v in (r.stages_ms or {}).items() if k != "outlier_product"}
+            r.paired, r.speedup_lo, r.speedup_hi = True, 0.9 * r.speedup, 1.1 * r.speedup
+        writer.append(r)
+    page = write_report([tmp_path / "run"]).read_text(encoding="utf-8")
+    texts, html = _svg_texts(page), unescape(page)
+    assert "method" in texts and "method (x: paper)" not in texts
+    assert "paper x" not in html and "crosses" not in html
+    assert "outlier_product" not in texts
+    assert "bars: 95% interval of each speedup" in html
+    assert "! interval wider than the run's target" in html  # ±10% against a 5% target
+
+
+def test_a_backend_with_only_the_baseline_gets_no_empty_panel(tmp_path):
+    """torch ran only the 16-bit baseline, with no baseline error recorded: the error figure
+    has no empty torch panel (matplotlib would warn of a legend with nothing in it)."""
+    import warnings
+
+    from conftest import make_row
+
+    writer = ResultsWriter(tmp_path)
+    writer.append(make_row("fp16", "torch"))
+    writer.append(make_row("llm_int8", "custom", median_ms=0.5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        html = write_report([tmp_path]).read_text(encoding="utf-8")
+    assert not [w for w in caught if "No artists with labels" in str(w.message)]
+    texts = _svg_texts(html)
+    assert "backend custom" in texts and "backend torch" not in texts
+    assert "Error vs model dimension" in html

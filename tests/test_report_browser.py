@@ -1,4 +1,6 @@
-"""Reports opened in headless Chromium: the page renders (not blank) with no console errors.
+"""Reports opened in headless Chromium: the page renders (not blank) with no console errors,
+and the plots' text (inline SVG) is in the DOM: log axes read as plain numbers, names holding
+markup are text.
 
 Needs the Debian package ``chromium`` (``scripts/install_chromium.sh``); skipped when
 /usr/bin/chromium is absent. The report has no scripts and a CSP that blocks every load, so
@@ -14,9 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.image import imread
-from test_report import write_run
+from test_report import (
+    EVIL,
+    LOG_AXES,
+    assert_plain_log_labels,
+    make_rows,
+    plot_tick_labels,
+    write_run,
+)
 
 from kernelbench.report import write_report
+from kernelbench.results.schema import ResultsWriter
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(
@@ -93,9 +103,50 @@ def test_dom_rendered(reports, tmp_path):
     assert console_errors(proc.stderr) == []
     for marker in ('id="environment"', 'class="section-app-d1"', 'id="problems"'):
         assert marker in dom
-    # speedup vs d, vs tokens, heatmaps, stages, error, speed vs error, memory
-    assert dom.count("<img ") == 7
+    # speedup vs d, vs tokens, heatmaps, stages, error, speed vs error, memory: inline SVG
+    assert dom.count("<svg ") == 7 and "<img " not in dom
     assert "<script" not in dom.lower()
+
+
+def _dom(page: Path, tmp: Path) -> str:
+    proc = _chromium(page, tmp, "--dump-dom")
+    assert console_errors(proc.stderr) == []
+    return proc.stdout
+
+
+def test_log_axes_read_as_plain_numbers_in_the_dom(reports, tmp_path):
+    """The tick labels of every log axis, as the browser holds them (the <text> elements of
+    matplotlib's tick groups in the DOM): plain numbers such as ``0.001`` or ``1e-05``, no
+    ``$`` and no ``\\mathdefault``."""
+    figures = plot_tick_labels(_dom(reports["single"], tmp_path))
+    log_figures = [t for t in LOG_AXES if t in figures]
+    assert {"Error vs model dimension", "Weight memory per method", "Speedup vs tokens",
+            "Speed against error"} <= set(log_figures)  # fmt: skip
+    assert_plain_log_labels(figures, log_figures)
+    # the linear axes are numbers too (the speedup axis of the first figure)
+    assert all(float(t) >= 0 for t in figures["Speedup over 16-bit vs model dimension"]["y"])
+
+
+def test_a_name_holding_markup_is_text_in_the_plots(tmp_path):
+    """A backend named like a script tag: drawn in the plots' titles, legends and labels as
+    text, never an element (matplotlib's SVG writer escapes it, the page adds no script)."""
+    evil = f"x{EVIL}"
+    writer = ResultsWriter(tmp_path / "run")
+    for row in make_rows():
+        if row.backend == "custom":
+            row.backend = evil
+        writer.append(row)
+    page = write_report([tmp_path / "run"])
+    html = page.read_text(encoding="utf-8")
+    assert "<script" not in html.lower()
+    assert f"backend x{EVIL}".replace("<", "&lt;").replace(">", "&gt;") in html  # a panel title
+    dom = _dom(page, tmp_path)
+    assert "<script" not in dom.lower()
+    # the browser's text of the SVG: the name as written, in a panel title and the legends
+    texts = re.findall(r"<text\b[^>]*>([^<]*)</text>", dom)
+    unescaped = [t.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&") for t in texts]
+    assert f"backend {evil}" in unescaped
+    assert any(t.startswith(f"{evil} · ") for t in unescaped)  # "backend · method" labels
 
 
 def test_detector_sees_console_errors(tmp_path):
@@ -121,5 +172,6 @@ def test_accuracy_section_renders(tmp_path):
     shot, errors = _screenshot(page, tmp_path, height=900)  # the section's figure and table
     assert errors == []
     assert dominant_share(shot) < 0.93
-    dom = _chromium(page, tmp_path, "--dump-dom").stdout
-    assert 'id="accuracy"' in dom and dom.count("<img ") == 1
+    dom = _dom(page, tmp_path)
+    assert 'id="accuracy"' in dom and dom.count("<svg ") == 1
+    assert_plain_log_labels(plot_tick_labels(dom), ["Accuracy study: error vs model size"])

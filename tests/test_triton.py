@@ -383,8 +383,9 @@ def test_cpu_tensors_without_interpreter_raise_input_error():
     os.environ.get("TRITON_INTERPRET") == "1", reason="TRITON_INTERPRET=1 set for this process"
 )
 def test_fused_gemm_compiles_for_sm90_without_a_gpu():
-    """Ahead-of-time compile (no device needed) of the fused bf16 GEMM for sm_90: it must lower
-    to int8 wgmma. Compiling is all this checks; running on a GPU is unverified."""
+    """Ahead-of-time compile (no device needed) of the fused bf16 GEMM for sm_90, with the
+    options the backend launches it with (no fp fusion): it must lower to int8 wgmma.
+    Compiling is all this checks; running on a GPU is unverified."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -400,7 +401,7 @@ def test_fused_gemm_compiles_for_sm90_without_a_gpu():
     src = ASTSource(fn=tri._kernels()["gemm"], signature={n: sig[n] for n in order},
                     constexprs=consts)  # fmt: skip
     try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=tri.NO_FMA)
     except FileNotFoundError as exc:  # a triton wheel without its bundled ptxas
         pytest.skip(f"no ptxas: {exc}")
     assert "wgmma.mma_async.sync.aligned" in compiled.asm["ptx"]

@@ -34,7 +34,7 @@ from kernelbench.backends.base import (
     torch_device_availability,
 )
 from kernelbench.checks import InputError, check_activation, check_int8_operands, check_weight
-from kernelbench.core import METHODS
+from kernelbench.core import METHODS, not_implemented_reason
 from kernelbench.kernels import padding
 from kernelbench.quant import PreparedWeight
 
@@ -161,9 +161,9 @@ class TorchBackend(Backend):
         if not avail:
             return avail
         if method == "vectorwise":
-            return Availability.no(
-                "on the torch backend 'vectorwise' is the same computation as 'vectorwise_torch'"
-            )
+            # a pair that does not apply (not a skip): listed with the others, counted only
+            why = "its vector-wise scheme is 'vectorwise_torch', the same computation"
+            return Availability.no(not_implemented_reason(self.name, method, why))
         if method == "fp8_e4m3":
             why = fp8_rule(device, dtype, k, n)
             return Availability.no(why) if why else Availability.yes()

@@ -27,6 +27,7 @@ the convention of :meth:`Backend._smoothquant_runner`). The variant it computes
 from __future__ import annotations
 
 import time
+import warnings
 from functools import cache
 
 import torch
@@ -46,6 +47,8 @@ from kernelbench.backends.base import (
 from kernelbench.checks import check_activation, check_weight
 
 _TORCHAO = LazyImport("torchao")
+#: The one warning compiling torchao's layer gives on every first call (torch 2.13).
+_NO_STABLE_HASH = r"Int8Tensor does not implement _stable_hash_for_caching"
 
 VARIANT = (
     "torchao Int8DynamicActivationInt8WeightConfig: per-token/per-channel symmetric int8, "
@@ -178,7 +181,10 @@ class TorchaoBackend(Backend):
         if self.compile:
             fn = torch.compile(lin)
             t0 = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), warnings.catch_warnings():
+                # torch's AOT-autograd cache advises torchao's Int8Tensor to define a stable
+                # hash (a key for its on-disk cache, not a result): not the person's to act on
+                warnings.filterwarnings("ignore", _NO_STABLE_HASH, UserWarning)
                 fn(x if x.shape[0] else x.new_ones((1, x.shape[1])))  # compiles, untimed
             if x.is_cuda:
                 torch.cuda.synchronize()

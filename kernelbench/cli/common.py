@@ -28,16 +28,19 @@ def skipped_lines_reported():
     """Lines of a results file that were not rows: one warning line each file, on stderr."""
     from kernelbench.results.schema import SkippedLinesWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SkippedLinesWarning)
-        try:
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SkippedLinesWarning)
             yield
-        finally:
-            for w in caught:
-                if issubclass(w.category, SkippedLinesWarning):
-                    typer.echo(f"warning: {w.message}", err=True)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    finally:
+        # after the recording context: inside it, showwarning records (a warning shown there
+        # is appended to the very list being shown, without end)
+        for w in caught:
+            if issubclass(w.category, SkippedLinesWarning):
+                typer.echo(f"warning: {w.message}", err=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def write_report(dirs: list[Path], output: Path | None, strict: bool = False) -> None:

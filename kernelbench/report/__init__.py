@@ -2,9 +2,9 @@
 
 ``write_report([DIR])`` renders one run to ``DIR/report.html``; ``write_report([A, B])``
 compares two runs cell by cell (median time B / A) into ``B/compare.html``. The page needs no
-network: inline CSS, no scripts, plots embedded as PNG data URIs, and a Content-Security-Policy
-that forbids loading anything else. Every string taken from results or env.json is escaped by
-jinja2's autoescape.
+network: inline CSS, no scripts, plots inline as SVG (their text kept as text), and a
+Content-Security-Policy that forbids loading anything else. Every string taken from results or
+env.json is escaped by jinja2's autoescape, or, inside a plot, by matplotlib's SVG writer.
 
 Layers: :mod:`.data` (loading, selection), :mod:`.tables` (pivots), :mod:`.plots` (figures),
 ``template.html.j2`` (markup). Nothing here times anything.
@@ -176,6 +176,9 @@ def _single(run: data.Run) -> dict:
                 "caches": _cache_text(ok),
                 "precision": precision_line(ok, ci_target(run.env)),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
+                "has_paper": bool(cell["paper_speedup"].notna().any())
+                if "paper_speedup" in cell
+                else False,
                 "figures": [f for f in figures if f is not None],
             }
         )

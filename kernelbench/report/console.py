@@ -160,30 +160,34 @@ def _print_cell(cell: pd.DataFrame, head: str, console: Console) -> None:
     console.print(grid(cell, "Relative error vs float64", error_text))
 
 
-def _legend(shown: pd.DataFrame) -> str:
-    """What the marks in the printed tables mean: only the marks that appear."""
-    ok = shown[shown["status"] == "ok"]
-    ok = ok[~is_baseline(ok)]
+def _legend(shown: pd.DataFrame, speedups_only: pd.DataFrame | None = None) -> str:
+    """What the marks in the printed tables mean: only the marks that appear. ``shown``: the
+    rows of the speedup, time and error tables; ``speedups_only``: rows shown only as a
+    speedup (the by-tokens tables)."""
+    every = shown if speedups_only is None else pd.concat([shown, speedups_only])
+    cells = every[every["status"] == "ok"]  # a skipped or failed cell prints no mark
+    ok = cells[~is_baseline(cells)]  # the baseline prints "1 (base)": no interval marks
 
-    def flagged(col: str) -> bool:
-        return col in ok and bool(ok[col].fillna(False).astype(bool).any())
+    def flagged(rows: pd.DataFrame, col: str) -> bool:
+        return col in rows and bool(rows[col].fillna(False).astype(bool).any())
 
     parts = ["fp16 = the device's 16-bit baseline (bf16 on CPU)"]
     with_speedup = ok.dropna(subset=["speedup"]) if "speedup" in ok else ok
     if "speedup_lo" in with_speedup and with_speedup["speedup_lo"].notna().any():
         parts.append("±: half the 95% interval of the median pair ratio")
-    if flagged("ci_wide"):
+    if flagged(ok, "ci_wide"):
         parts.append("! interval wider than the run's target")
     if "speedup_lo" in with_speedup and with_speedup["speedup_lo"].isna().any():
         parts.append("? one pair only")
-    if flagged("suspect"):
+    if flagged(cells, "suspect"):  # S follows the baseline's "1 (base)" too
         parts.append("S suspect (see below)")
-    if flagged("cache_resident"):
+    main = shown[shown["status"] == "ok"]  # the time and error tables
+    if flagged(main, "cache_resident"):
         parts.append(
             "c cache-resident (a hot row whose working set fits in a cache: bounded by compute "
             "only)"
         )
-    if (ok["method"] == "int8_raw").any():
+    if (main["method"] == "int8_raw").any():
         parts.append("int8_raw error is against the exact integer product")
     if (shown["layer"] == "block").any():
         parts.append("layer block = the sum of one transformer block's linears")
@@ -210,7 +214,7 @@ def print_tables(
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
     for line in headline(df):
         console.print(f"[bold]{escape(line)}[/bold]", soft_wrap=True)
-    shown = []
+    shown, by_tokens = [], []
     for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
         all_tokens = sorted(of_layer["tokens"].unique())
         main = PAPER_TOKENS if PAPER_TOKENS in all_tokens else all_tokens[-1]
@@ -230,9 +234,11 @@ def print_tables(
                         f"({dclass} · layer {layer})"
                     )
                     console.print(tokens_grid(of_layer, backend, method, title))
-                    shown.append(of_layer[of_layer["backend"] == backend])
+                    pair = (of_layer["backend"] == backend) & (of_layer["method"] == method)
+                    by_tokens.append(of_layer[pair])
     if shown:
-        console.print(f"[dim]{escape(_legend(pd.concat(shown)))}[/dim]")
+        extra = pd.concat(by_tokens) if by_tokens else None
+        console.print(f"[dim]{escape(_legend(pd.concat(shown), extra))}[/dim]")
     _print_slow_sixteen_bit(df, console)
     _print_suspects(df, console)
     _print_wide(df, console)

@@ -1,23 +1,29 @@
-"""Figures of a report: seaborn / matplotlib on the Agg canvas, returned as PNG data URIs.
+"""Figures of a report: seaborn / matplotlib, returned as inline SVG markup.
 
-Figures are built with :class:`matplotlib.figure.Figure` and an explicit Agg canvas, never
-through pyplot, so making a report changes no global matplotlib state (backend, rcParams) of
-the caller. Every function takes the rows to draw and returns a :class:`Figure` or ``None``
-when there is nothing to draw.
+Figures are built with :class:`matplotlib.figure.Figure` and an explicit canvas, never through
+pyplot, so making a report changes no global matplotlib state (backend, rcParams) of the
+caller. Every function takes the rows to draw and returns a :class:`Figure` or ``None`` when
+there is nothing to draw.
+
+The SVG keeps its text as text (``svg.fonttype: none``): tick labels, titles and legends are
+``<text>`` elements a browser (and a test reading the DOM) can read, which matplotlib's SVG
+writer escapes as XML, so a name holding markup is shown, never run. Each figure's element ids
+carry a prefix of their own: several figures inline in one page never share an id.
 """
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import io
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import matplotlib
 import pandas as pd
 import seaborn as sns
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
@@ -25,7 +31,6 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from kernelbench.core import BASELINE, FP32
 from kernelbench.report import data
 
-DPI = 80
 PANEL_W, PANEL_H = 4.6, 3.4
 
 
@@ -33,7 +38,7 @@ PANEL_W, PANEL_H = 4.6, 3.4
 class Figure:
     title: str
     caption: str
-    uri: str  # data:image/png;base64,...
+    svg: str  # <svg ...>...</svg>, inline markup (matplotlib escapes the text in it)
 
 
 def _palette(methods) -> dict[str, tuple]:
@@ -47,24 +52,39 @@ def _new(n_panels: int, wrap: int = 3, sharey: bool = True, h: float = PANEL_H):
     ncols = max(1, min(n_panels, wrap))
     nrows = math.ceil(n_panels / ncols)
     fig = MplFigure(figsize=(PANEL_W * ncols, h * nrows), layout="constrained")
-    FigureCanvasAgg(fig)
+    FigureCanvasSVG(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
     return fig, list(axes[:n_panels])
 
 
+#: No date, creator or format block: the page says when and by what it was made.
+_NO_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
+_ID = re.compile(r'(\bid="|href="#|url\(#)')
+
+
 def _encode(fig: MplFigure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    """The figure as an ``<svg>`` element to inline in HTML: no XML declaration or doctype,
+    every id (and every reference to one) prefixed with a hash of the figure's own markup."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata=_NO_METADATA)
+    text = buf.getvalue()
+    svg = text[text.index("<svg") :].strip()
+    prefix = "f" + hashlib.sha1(svg.encode("utf-8")).hexdigest()[:8] + "-"
+    return _ID.sub(lambda m: m.group(1) + prefix, svg)
 
 
 def _plain_log_axis(axis) -> None:
-    """Numeric tick labels on a log axis (``0.001``, ``1e-05``, ``2048``): matplotlib's default
-    labels are mathtext, which :func:`_style` turns off (then they read ``$\\mathdefault{..}$``)."""
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    """Numeric tick labels on a log axis (``256``, ``2048``): matplotlib's default labels are
+    mathtext, which :func:`_style` turns off (then they read ``$\\mathdefault{..}$``)."""
+    axis.set_major_formatter(FuncFormatter(_number))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _number(value: float, _pos=None) -> str:
+    """A tick label as a plain number: ``0.001``, ``1e-05``, ``20``, ``2048``."""
+    return f"{value:g}"
 
 
 def _dmodel_axis(ax, dims: list[int]) -> None:
@@ -82,7 +102,7 @@ def _cell(frame: pd.DataFrame, layer: str, tokens: int) -> pd.DataFrame:
 
 def _backend_panels_over_dmodel(df: pd.DataFrame, draw: Callable) -> str:
     """One panel per backend with d_model on the x axis; ``draw(ax, rows, colours)`` fills a
-    panel with that backend's rows. Returns the encoded PNG."""
+    panel with that backend's rows. Returns the figure's SVG markup."""
     backends = sorted(df["backend"].unique())
     colours = _palette(df["method"])
     dims = sorted(int(d) for d in df["d_model"].unique())
@@ -97,15 +117,38 @@ def _backend_panels_over_dmodel(df: pd.DataFrame, draw: Callable) -> str:
 
 def _style():
     # Names and reasons are data: a '$' in them is shown, never read as matplotlib mathtext.
-    return matplotlib.rc_context({**sns.axes_style("whitegrid"), "text.parse_math": False})
+    # SVG: text stays text, in the font matplotlib measured it with (the browser falls back to
+    # its sans-serif); fixed hash salt: the same figure gives the same markup.
+    return matplotlib.rc_context(
+        {
+            **sns.axes_style("whitegrid"),
+            "text.parse_math": False,
+            "svg.fonttype": "none",
+            "svg.hashsalt": "kernelbench",
+            "font.family": "sans-serif",
+            "font.sans-serif": ["DejaVu Sans"],
+        }
+    )
+
+
+def _not_baseline(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are not the 16-bit baseline itself: its speedup is 1 by definition and
+    its error is the baseline's, which the figures draw once, in black."""
+    return df[~((df["backend"] == BASELINE[0]) & (df["method"] == BASELINE[1]))]
+
+
+def _has_interval(df: pd.DataFrame, value: str = "speedup") -> bool:
+    cols = [value, f"{value}_lo", f"{value}_hi"]
+    return all(c in df for c in cols) and not df.dropna(subset=cols).empty
 
 
 def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Speedup over 16-bit vs d_model: one line per method, one panel per backend; the paper's
     App. D.1 figures as crosses in the method's colour."""
-    df = _cell(ok, layer, tokens).dropna(subset=["speedup"])
+    df = _not_baseline(_cell(ok, layer, tokens).dropna(subset=["speedup"]))
     if df.empty:
         return None
+    paper = "paper_speedup" in df and df["paper_speedup"].notna().any()
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
         for method in data.sorted_methods(sub["method"]):
@@ -117,21 +160,21 @@ def speedup_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | Non
                 ax.scatter(ref.index, ref, marker="x", color=colours[method], s=30)
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         ax.set_ylabel("speedup over 16-bit")
-        ax.legend(fontsize=7, title="method (x: paper)", title_fontsize=7)
+        title = "method (x: paper)" if paper else "method"
+        ax.legend(fontsize=7, title=title, title_fontsize=7)
 
-    uri = _backend_panels_over_dmodel(df, draw)
-    return Figure(
-        "Speedup over 16-bit vs model dimension",
-        f"layer {layer}, {tokens} tokens; bars: 95% interval of each speedup; dotted line: the "
-        "16-bit baseline; crosses: the paper's App. D.1 figure",
-        uri,
-    )
+    svg = _backend_panels_over_dmodel(df, draw)
+    parts = [f"layer {layer}, {tokens} tokens"]
+    parts += ["bars: 95% interval of each speedup"] if _has_interval(df) else []
+    parts += ["dotted line: the 16-bit baseline"]
+    parts += ["crosses: the paper's App. D.1 figure"] if paper else []
+    return Figure("Speedup over 16-bit vs model dimension", "; ".join(parts), svg)
 
 
 def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
     """Speedup vs token count, one panel per model size, one line per backend · method;
     only when several token counts were run."""
-    df = ok[ok["layer"] == layer].dropna(subset=["speedup"])
+    df = _not_baseline(ok[ok["layer"] == layer].dropna(subset=["speedup"]))
     if df["tokens"].nunique() < 2:
         return None
     sizes = data.sizes(df)
@@ -164,8 +207,10 @@ def speedup_vs_tokens(ok: pd.DataFrame, layer: str) -> Figure | None:
             for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
                 legend.setdefault(name, handle)
         fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
-        uri = _encode(fig)
-    return Figure("Speedup vs tokens", f"layer {layer}; line style: backend", uri)
+        svg = _encode(fig)
+    bars = "; bars: 95% interval of each speedup" if _has_interval(df) else ""
+    caption = f"layer {layer}; line style: backend{bars}; dotted line: the 16-bit baseline"
+    return Figure("Speedup vs tokens", caption, svg)
 
 
 def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
@@ -193,11 +238,11 @@ def speedup_heatmaps(ok: pd.DataFrame, layer: str) -> Figure | None:
             ax.set_title(f"{backend} · {method}", fontsize=9)
             ax.set_xlabel("model dimension d")
             ax.set_ylabel("tokens")
-        uri = _encode(fig)
+        svg = _encode(fig)
     return Figure(
         "Speedup over 16-bit: model size x tokens",
         f"layer {layer}; green above 1 (faster than 16-bit), red below; intervals in the tables",
-        uri,
+        svg,
     )
 
 
@@ -216,6 +261,7 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         {(b, m) for b, m in zip(df["backend"], df["method"], strict=True)},
         key=lambda bm: (bm[0], data.method_sort_key(bm[1])),
     )
+    drawn: set[str] = set()  # the legend names only the stages some bar shows
     with _style():
         fig, axes = _new(len(sizes), wrap=3, sharey=False, h=0.35 * len(labels) + 1.4)
         for ax, (d, name) in zip(axes, sizes, strict=True):
@@ -228,7 +274,9 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
                 left = 0.0
                 for stage in data.STAGES:
                     width = float(rec["stages_ms"].get(stage) or 0.0)
-                    ax.barh(y, width, left=left, color=stage_colours[stage])
+                    if width > 0:
+                        ax.barh(y, width, left=left, color=stage_colours[stage])
+                        drawn.add(stage)
                     left += width
                 if pd.notna(rec.get("median_ms")):
                     ax.plot([rec["median_ms"]] * 2, [y - 0.4, y + 0.4], color="black", lw=1.5)
@@ -237,13 +285,14 @@ def stage_bars(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
             ax.invert_yaxis()
             ax.set_title(f"{name} (d={d})", fontsize=9)
             ax.set_xlabel("ms")
-        handles = [Patch(color=c, label=s) for s, c in stage_colours.items()]
-        axes[0].legend(handles=handles, fontsize=7, loc="lower right")
-        uri = _encode(fig)
+        handles = [Patch(color=c, label=s) for s, c in stage_colours.items() if s in drawn]
+        if handles:
+            axes[0].legend(handles=handles, fontsize=7, loc="lower right")
+        svg = _encode(fig)
     return Figure(
         "Time per stage",
         f"layer {layer}, {tokens} tokens; median ms per stage; black tick: the whole method",
-        uri,
+        svg,
     )
 
 
@@ -251,9 +300,11 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
     """Relative error vs d_model per method, one panel per backend; the dashed black line is
     the 16-bit baseline's error on the same inputs."""
     df = _cell(ok, layer, tokens).dropna(subset=["rel_error"])
-    df = df[df["rel_error"] > 0]
+    # a panel per backend with a method besides the baseline, whose line every row carries
+    df = _not_baseline(df[df["rel_error"] > 0])
     if df.empty:
         return None
+    baseline = "baseline_rel_error" in df and (df["baseline_rel_error"] > 0).any()
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
         _method_lines(ax, sub, "rel_error", colours)
@@ -261,26 +312,27 @@ def error_vs_dmodel(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
         base = base[base > 0]
         if not base.empty:
             ax.plot(base.index, base.values, color="black", ls="--", label="16-bit baseline")
-        ax.set_yscale("log")
-        _plain_log_axis(ax.yaxis)
+        _numeric_log_axis(ax, "y")
         ax.set_ylabel("relative error (Frobenius)")
         ax.legend(fontsize=7)
 
-    uri = _backend_panels_over_dmodel(df, draw)
+    svg = _backend_panels_over_dmodel(df, draw)
+    dashed = "; dashed: the 16-bit baseline on the same inputs" if baseline else ""
     return Figure(
         "Error vs model dimension",
-        f"layer {layer}, {tokens} tokens; error against the float64 product",
-        uri,
+        f"layer {layer}, {tokens} tokens; error against the float64 product{dashed}; log scale",
+        svg,
     )
 
 
-def _interval_bars(ax, m: pd.DataFrame, colour) -> None:
-    """Vertical bars from ``speedup_lo`` to ``speedup_hi`` where a point has an interval."""
-    if "speedup_lo" not in m or "speedup_hi" not in m:
+def _interval_bars(ax, m: pd.DataFrame, colour, value: str = "speedup") -> None:
+    """Vertical bars from ``<value>_lo`` to ``<value>_hi`` where a point has an interval."""
+    lo, hi = f"{value}_lo", f"{value}_hi"
+    if lo not in m or hi not in m:
         return
-    have = m.dropna(subset=["speedup", "speedup_lo", "speedup_hi"])
+    have = m.dropna(subset=[value, lo, hi])
     if not have.empty:
-        ax.vlines(have.index, have["speedup_lo"], have["speedup_hi"], color=colour, lw=1.5)
+        ax.vlines(have.index, have[lo], have[hi], color=colour, lw=1.5)
 
 
 def _method_lines(ax, sub: pd.DataFrame, column: str, colours: dict) -> None:
@@ -292,12 +344,13 @@ def _method_lines(ax, sub: pd.DataFrame, column: str, colours: dict) -> None:
 
 def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
     """Weight MiB per method and size beside the 16-bit weights of the same layer."""
-    df = ok[ok["layer"] == layer].dropna(subset=["weight_bytes"])
+    all_rows = ok[ok["layer"] == layer].dropna(subset=["weight_bytes"])
+    df = _not_baseline(all_rows)  # the baseline's bar is the grey 16-bit one
     if df.empty:
         return None
     per = df.groupby(["d_model", "method"])["weight_bytes"].median().unstack("method")
     per = per[data.sorted_methods(per.columns)]
-    per.insert(0, "16-bit weights", df.groupby("d_model")["weight_bytes_16bit"].median())
+    per.insert(0, "16-bit weights", all_rows.groupby("d_model")["weight_bytes_16bit"].median())
     per = per / 2**20
     colours = _palette(df["method"])
     colours["16-bit weights"] = (0.3, 0.3, 0.3)
@@ -305,29 +358,49 @@ def memory_bars(ok: pd.DataFrame, layer: str) -> Figure | None:
         fig, (ax,) = _new(1, h=PANEL_H + 0.6)
         fig.set_figwidth(max(PANEL_W, 1.0 + 0.9 * len(per)))
         per.plot.bar(ax=ax, color=[colours[c] for c in per.columns], width=0.85)
-        ax.set_yscale("log")
-        _plain_log_axis(ax.yaxis)
+        _numeric_log_axis(ax, "y")
         ax.set_xlabel("model dimension d")
         ax.set_ylabel("MiB")
         ax.legend(fontsize=7)
-        uri = _encode(fig)
-    return Figure("Weight memory per method", f"layer {layer}; log scale", uri)
+        svg = _encode(fig)
+    return Figure(
+        "Weight memory per method",
+        f"layer {layer}; MiB kept for the weights; grey: the layer's 16-bit weights; log scale",
+        svg,
+    )
 
 
 def ratio_vs_dmodel(pairs: pd.DataFrame, layer: str, tokens: int) -> Figure | None:
-    """A/B: median time B/A vs d_model, one line per method, one panel per backend."""
-    df = _cell(pairs, layer, tokens).dropna(subset=["ratio"])
+    """A/B: what the verdict judges, B's speedup over its own 16-bit baseline divided by A's,
+    vs d_model, one line per method, one panel per backend; bars: the verdict's noise band
+    around each ratio (``speedup_ratio_lo`` / ``_hi`` of :func:`.tables.paired`), which
+    leaves out 1 exactly where the verdict is faster or slower. The time ratio B / A, which
+    moves with the machine's load, is in the table cells only."""
+    df = _not_baseline(_cell(pairs, layer, tokens).dropna(subset=["speedup_ratio"]))
     if df.empty:
         return None
 
     def draw(ax, sub: pd.DataFrame, colours: dict) -> None:
-        _method_lines(ax, sub, "ratio", colours)
+        for method in data.sorted_methods(sub["method"]):
+            m = sub[sub["method"] == method].groupby("d_model").median(numeric_only=True)
+            ax.plot(m.index, m["speedup_ratio"], marker="o", color=colours[method], label=method)
+            _interval_bars(ax, m, colours[method], "speedup_ratio")
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
-        ax.set_ylabel("time B / A")
-        ax.legend(fontsize=7)
+        ax.set_ylabel("speedup over 16-bit, B / A")
+        ax.legend(fontsize=7, title="method", title_fontsize=7)
 
-    uri = _backend_panels_over_dmodel(df, draw)
-    return Figure("Time ratio B / A", f"layer {layer}, {tokens} tokens; below 1: B faster", uri)
+    svg = _backend_panels_over_dmodel(df, draw)
+    parts = [
+        f"layer {layer}, {tokens} tokens; B's speedup over its own 16-bit baseline divided by "
+        "A's, the measure the verdict judges: above 1, B gained on its baseline"
+    ]
+    if _has_interval(df, "speedup_ratio"):
+        parts.append(
+            "bars: the verdict's noise band (both speedups' 95% intervals combined); a bar clear "
+            "of the dotted line at 1 is a faster or slower verdict"
+        )
+    parts.append("the time ratio B / A, which moves with the machine's load, is in the table")
+    return Figure("Speedup over 16-bit, B / A", "; ".join(parts), svg)
 
 
 def _numeric_log_axis(ax, axis: str = "y") -> None:
@@ -339,7 +412,7 @@ def _numeric_log_axis(ax, axis: str = "y") -> None:
     wide = lo > 0 and hi / lo > 1e3  # many decades: one tick per decade
     subs = (1.0,) if wide else (1.0, 2.0, 5.0)
     target.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
-    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_major_formatter(FuncFormatter(_number))
     target.set_minor_locator(NullLocator())
 
 
@@ -385,7 +458,7 @@ def accuracy_vs_size(study: pd.DataFrame) -> Figure | None:
             ax.set_title(f"layer {layer}, {dist}", fontsize=9)
         handles, names = axes[0].get_legend_handles_labels()
         fig.legend(handles, names, loc="outside right upper", fontsize=7)
-        uri = _encode(fig)
+        svg = _encode(fig)
     seeds = int(df.groupby(["method", "d_model", "layer", "dist"]).size().max())
     return Figure(
         "Accuracy study: error vs model size",
@@ -394,7 +467,7 @@ def accuracy_vs_size(study: pd.DataFrame) -> Figure | None:
         "baseline on the same inputs (median), grey band: at or below its largest error over "
         "the seeds, i.e. 16-bit quality; 32-bit float, far below the band, is in the "
         "table only",
-        uri,
+        svg,
     )
 
 
@@ -431,10 +504,10 @@ def speed_error_frontier(ok: pd.DataFrame, layer: str, tokens: int) -> Figure | 
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 legend.setdefault(label, handle)
         fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
-        uri = _encode(fig)
+        svg = _encode(fig)
     return Figure(
         "Speed against error",
         f"layer {layer}, {tokens} tokens; one point per backend · method (marker: backend); up is "
         "faster, left is closer to 16-bit quality; dotted lines: the 16-bit baseline",
-        uri,
+        svg,
     )

@@ -109,12 +109,13 @@ def _method_rows(
 def _backend_grids(
     df_all: pd.DataFrame,
     kind: str,
-    caption: str,
+    caption: str | Callable[[pd.DataFrame], str],
     cells: Callable[[str, pd.DataFrame], CellOf | None],
     sub: Callable[[str], str] = str,
 ) -> list[Grid]:
     """One grid per backend of ``df_all``: ``cells(backend, its rows)`` gives the backend's
-    cell function (None leaves the backend out)."""
+    cell function (None leaves the backend out); ``caption``, text or a function of the
+    backend's rows (a caption naming only the marks its grid shows)."""
     grids = []
     for backend, df in sorted(df_all.groupby("backend"), key=lambda kv: str(kv[0])):
         cell = cells(str(backend), df)
@@ -122,9 +123,8 @@ def _backend_grids(
             continue
         dims, columns = _columns(df)
         rows = _method_rows(df, dims, cell, sub)
-        grids.append(
-            Grid(f"backend {backend}{third_party_label(df)}", caption, columns, rows, kind)
-        )
+        text = caption(df) if callable(caption) else caption
+        grids.append(Grid(f"backend {backend}{third_party_label(df)}", text, columns, rows, kind))
     return grids
 
 
@@ -176,13 +176,27 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
 
         return cell
 
-    caption = (
-        f"speedup over the 16-bit baseline (higher is better), median of paired ratios; "
-        f"layer {layer}, {tokens} tokens; under each number: its 95% interval, samples n, and "
-        "'paper x', the paper's App. D.1 figure, where the paper has this cell; "
-        "! interval wider than the run's target; S suspect (see below)"
-    )
+    def caption(df: pd.DataFrame) -> str:
+        """Names only what this grid shows: the paper's figures, the ! and S marks."""
+        under = ["its 95% interval", "samples n"]
+        if "paper_speedup" in df and df["paper_speedup"].notna().any():
+            under.append("'paper x', the paper's App. D.1 figure, where the paper has this cell")
+        parts = [
+            "speedup over the 16-bit baseline (higher is better), median of paired ratios",
+            f"layer {layer}, {tokens} tokens",
+            "under each number: " + ", ".join(under),
+        ]
+        if _any(df, "ci_wide"):
+            parts.append("! interval wider than the run's target")
+        if _any(df, "suspect"):
+            parts.append("S suspect (see below)")
+        return "; ".join(parts)
+
     return _backend_grids(ok, "speedup", caption, cells)
+
+
+def _any(df: pd.DataFrame, flag: str) -> bool:
+    return flag in df and bool(df[flag].fillna(False).astype(bool).any())
 
 
 def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
@@ -237,10 +251,16 @@ def error_grids(ok: pd.DataFrame) -> list[Grid]:
 
         return cell
 
-    caption = (
-        "relative Frobenius error against the float64 product (int8_raw: against the exact "
-        "integer product); llm_int8: outlier columns detected beside those the inputs planted"
-    )
+    def caption(df: pd.DataFrame) -> str:
+        text = "relative Frobenius error against the float64 product"
+        if (df["method"] == "int8_raw").any():
+            text += " (int8_raw: against the exact integer product)"
+        llm = df[df["method"] == "llm_int8"]
+        cols = ["outlier_cols", "planted_outlier_cols"]
+        if all(c in llm for c in cols) and not llm.dropna(subset=cols).empty:
+            text += "; llm_int8: outlier columns detected beside those the inputs planted"
+        return text
+
     return _backend_grids(ok, "error", caption, cells)
 
 
@@ -339,21 +359,32 @@ _PAIR_FIELDS = [
 
 
 def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Rows measured in both runs, with the time ratio B/A (below 1: B is faster) and the
-    verdict of :func:`kernelbench.results.verdict.speed_verdict` (the one ``compare`` gives)."""
+    """Rows measured in both runs, with the time ratio B/A (below 1: B is faster), the ratio
+    of their speedups over 16-bit B/A (``speedup_ratio``) and the verdict of
+    :func:`kernelbench.results.verdict.speed_verdict` (the one ``compare`` gives) on it.
+
+    ``speedup_ratio_lo`` / ``_hi``: the verdict's noise band around the speedup ratio,
+    ``r / (1 + noise)`` to ``r * (1 + noise)``; at zero tolerance the verdict is faster or
+    slower exactly when the band leaves out 1. NaN where the verdict did not compare
+    speedups or a spread behind its noise was not measured."""
     cols = [*keys, *(c for c in _PAIR_FIELDS if c in a_ok.columns and c in b_ok.columns)]
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
     merged["ratio"] = merged["median_ms_b"] / merged["median_ms_a"]
-    # what the verdict judges: each run's paired speedup over its own 16-bit baseline, B / A
-    if "speedup_a" in merged and "speedup_b" in merged:
-        merged["speedup_ratio"] = merged["speedup_b"] / merged["speedup_a"]
-    else:
-        merged["speedup_ratio"] = float("nan")
-    merged["verdict"] = [
-        speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0).verdict
-        for rec in merged.to_dict("records")
+    calls = [
+        speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0) for rec in merged.to_dict("records")
     ]
+    merged["verdict"] = [c.verdict for c in calls]
+    # what the verdict judges: each run's speedup over its own 16-bit baseline, B / A
+    nan = float("nan")
+    ratios = [c.new_value / c.base_value if c.metric == "speedup" else nan for c in calls]
+    merged["speedup_ratio"] = ratios
+    noises = [
+        c.noise if c.metric == "speedup" and c.noise is not None and not c.unmeasured else nan
+        for c in calls
+    ]
+    merged["speedup_ratio_lo"] = [r / (1 + n) for r, n in zip(ratios, noises, strict=True)]
+    merged["speedup_ratio_hi"] = [r * (1 + n) for r, n in zip(ratios, noises, strict=True)]
     return merged
 
 

@@ -44,6 +44,8 @@ class SpeedCall:
     noise: float | None = None
     band: float | None = None
     detail: str = ""
+    #: how many of the spreads behind ``noise`` were not measured (then entered as 0)
+    unmeasured: int = 0
 
 
 def _positive(v) -> bool:
@@ -120,4 +122,4 @@ def speed_verdict(
             f"not measured (< {MIN_SPREAD_SAMPLES} samples or no row): noise cannot be ruled out"
         )
         verdict = "unknown"
-    return SpeedCall(verdict, metric, bv, nv, change, noise, band, "; ".join(notes))
+    return SpeedCall(verdict, metric, bv, nv, change, noise, band, "; ".join(notes), unmeasured)
