@@ -411,3 +411,22 @@ def test_git_commit_is_the_package_checkouts_or_none(tmp_path, monkeypatch):
     assert git_commit(tmp_path) is None  # no repository at all
     monkeypatch.setenv("KERNELBENCH_GIT_COMMIT", "abc123")
     assert git_commit(repo / "site" / "kernelbench") == "abc123"
+
+
+@pytest.mark.parametrize("block_rows", [16, 32, 1024])
+@pytest.mark.parametrize(
+    "n, k", [(37, 21), (1025, 7), (17, 1), (33, 3), (49, 1), (5, 3), (1040, 15)]
+)
+def test_a_weight_drawn_in_blocks_is_the_one_draw_weight(monkeypatch, block_rows, n, k):
+    """The layer's weight is drawn a block of rows at a time (no full-size float32 copy) and
+    must be exactly ``torch.randn(n, k)`` of the same generator, scaled and cast, and leave the
+    generator where one draw leaves it (the bias is drawn next)."""
+    from kernelbench.run import cases
+
+    monkeypatch.setattr(cases, "WEIGHT_BLOCK_ROWS", block_rows)
+    one = torch.Generator().manual_seed(3)
+    want = torch.randn(n, k, generator=one).div_(k**0.5).to(torch.bfloat16)
+    blocks = torch.Generator().manual_seed(3)
+    got = cases._normal_weight(n, k, blocks, torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert torch.equal(torch.randn(4, generator=blocks), torch.randn(4, generator=one))

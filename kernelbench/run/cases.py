@@ -350,6 +350,28 @@ def _synthetic_activations(
     return torch.cat(blocks), int(dims.numel())
 
 
+#: Rows of a weight drawn at a time (a multiple of 16: see :func:`_normal_weight`).
+WEIGHT_BLOCK_ROWS = 1024
+
+
+def _normal_weight(n: int, k: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.randn(n, k, generator=gen).div_(k**0.5).to(dtype)``, the same values, drawn a
+    block of rows at a time into the ``dtype`` tensor: no float32 copy of the whole weight
+    (2.4 GB at 175B, whose first touch took longer than the draw on a VM). torch's CPU normal
+    sampler fills 16 values at a time (a draw of fewer takes another path), so blocks of a
+    multiple of 16 values, then a last one of at least 16, continue one draw's stream exactly."""
+    weight = torch.empty(n, k, dtype=dtype)
+    starts = list(range(0, n, WEIGHT_BLOCK_ROWS))
+    if len(starts) > 1 and (n - starts[-1]) * k < 16:
+        starts.pop()  # the short last block joins the one before it
+    ends = [*starts[1:], n]
+    block = torch.empty(max(e - s for s, e in zip(starts, ends, strict=True)), k)
+    for start, end in zip(starts, ends, strict=True):
+        part = block[: end - start].normal_(generator=gen).div_(k**0.5)
+        weight[start:end] = part
+    return weight
+
+
 def layer_inputs(
     case: Case,
     size: Size,
@@ -382,11 +404,11 @@ def layer_inputs(
     else:
         raise InputError(f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}, file:")
     wgen = _sub_generator(seed, "weight")
-    weight = torch.randn(n, k, generator=wgen).div_(k**0.5)  # in place: no second 175B copy
+    weight = _normal_weight(n, k, wgen, dtype)
     bias = torch.randn(n, generator=wgen) * 0.1
     return LayerInputs(
         x=x.to(dtype).to(device).contiguous(),
-        weight=weight.to(dtype).to(device).contiguous(),
+        weight=weight.to(device).contiguous(),
         bias=bias.to(dtype).to(device),
         seed=seed,
         planted_outliers=planted,
