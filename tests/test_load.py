@@ -145,3 +145,13 @@ def test_bandwidth_is_the_fastest_gemv_of_any_backend_when_it_beats_the_stream_p
     assert peak._bandwidth_gbs(engine, torch.device("cpu")) == (gbs, how)
     monkeypatch.setattr(peak, "_stream_gbs", lambda engine, device: (99.0, "read-only sum"))
     assert peak._bandwidth_gbs(engine, torch.device("cpu")) == (99.0, "read-only sum")
+
+
+def test_a_peak_tolerates_more_stolen_time_than_a_run_header():
+    """Neighbours stealing 7.5% of two cores: a run says it was busy, a peak (each probe's best
+    call) is still measured; 25% stolen refuses both."""
+    some = (LoadSample(0, 0, 10, 0, 1), LoadSample(10, 0, 11, 1.5, 2))
+    assert load_between(*some, cores=2).busy
+    assert not load_between(*some, cores=2, steal_share=peak.PEAK_STEAL_SHARE).busy
+    much = (LoadSample(0, 0, 10, 0, 1), LoadSample(10, 0, 11, 5.0, 2))
+    assert load_between(*much, cores=2, steal_share=peak.PEAK_STEAL_SHARE).busy

@@ -69,7 +69,14 @@ class Load:
         return asdict(self)
 
 
-def load_between(before: LoadSample, after: LoadSample, cores: int | None = None) -> Load:
+def load_between(
+    before: LoadSample,
+    after: LoadSample,
+    cores: int | None = None,
+    steal_share: float = BUSY_STEAL_SHARE,
+) -> Load:
+    """The load between two readings; stolen time above ``steal_share`` of the cores, or
+    other processes above :data:`BUSY_OTHER_CORES`, make it busy."""
     cores = cores or os.cpu_count() or 1
     seconds = max(after.at_s - before.at_s, 1e-9)
     other = steal = None
@@ -81,7 +88,7 @@ def load_between(before: LoadSample, after: LoadSample, cores: int | None = None
     why = []
     if other is not None and other > BUSY_OTHER_CORES:
         why.append(f"other processes used {other:.2f} cores")
-    if steal is not None and steal > BUSY_STEAL_SHARE * cores:
+    if steal is not None and steal > steal_share * cores:
         why.append(f"the hypervisor stole {steal:.2f} cores")
     return Load(seconds, other, steal, after.loadavg_1m, bool(why), "; ".join(why))
 
@@ -91,8 +98,9 @@ def quiet_check(
     proc: Path = PROC,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    steal_share: float = BUSY_STEAL_SHARE,
 ) -> Load:
     """The load while this process sleeps ``seconds``: everything busy then is someone else."""
     before = read_load(proc, clock)
     sleep(seconds)
-    return load_between(before, read_load(proc, clock))
+    return load_between(before, read_load(proc, clock), steal_share=steal_share)
