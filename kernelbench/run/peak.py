@@ -173,7 +173,7 @@ def _gemv_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[float, s
         except Exception:  # noqa: BLE001 - a path that cannot run here adds no probe
             continue
         if gbs > best:
-            best, how = gbs, f"{name} int8_raw GEMV {m}x{k}x{n} (weight bytes)"
+            best, how = gbs, f"{name} int8_raw GEMV {m}x{k}x{n} ({n * k >> 20} MiB of weight)"
     return best, how
 
 
@@ -189,8 +189,11 @@ def _stream_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[float,
     src = torch.rand(COPY_BYTES // 4, device=device)
     dst = torch.empty_like(src)
     return max(
-        (_best_gbs(engine, lambda: dst.copy_(src), 2 * COPY_BYTES), "copy (read + write)"),
-        (_best_gbs(engine, src.sum, COPY_BYTES), "read-only sum"),
+        (
+            _best_gbs(engine, lambda: dst.copy_(src), 2 * COPY_BYTES),
+            f"copy (read + write) of {COPY_BYTES >> 20} MiB",
+        ),
+        (_best_gbs(engine, src.sum, COPY_BYTES), f"read-only sum of {COPY_BYTES >> 20} MiB"),
     )
 
 
@@ -228,7 +231,7 @@ def measure_peak(device: torch.device) -> dict:
     peak["bandwidth"] = {
         "gbs": gbs,
         "source": "measured",
-        "note": f"best call of {how}, {COPY_BYTES >> 20} MiB or more, {threads} threads, {when}",
+        "note": f"best call of {how}, {threads} threads, {when}",
         "device_class": dclass,
     }
     if device.type == "cpu":
