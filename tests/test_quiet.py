@@ -17,6 +17,14 @@ from kernelbench.results.view import short_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python *args`` in a fresh process at the repository root, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 NOISY_MODULE = """
 import logging, os, sys, warnings
 logging.getLogger("noisy_peer").warning("Failed to load optional kernel")
@@ -110,13 +118,7 @@ def test_list_verbose_shows_full_reasons():
 
 def test_list_prints_nothing_on_stderr():
     """A real process: peers' import-time lines (logging, warnings, C code) stay off stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "kernelbench.cli", "list"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = python("-m", "kernelbench.cli", "list")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "custom" in proc.stdout
@@ -131,9 +133,7 @@ def test_a_peer_is_imported_only_when_its_backend_is_asked_about():
         "assert 'bitsandbytes' not in sys.modules and 'torchao' not in sys.modules\n"
         "print('ok')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    proc = python("-c", code)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
     assert proc.stderr == ""
 
@@ -155,13 +155,7 @@ def test_readers_print_nothing_on_stderr_and_import_no_peer(tmp_path, row_factor
         "        assert not exc.code, exc.code\n"
         "assert not {'torch', 'bitsandbytes', 'torchao'} & set(sys.modules)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = python("-c", code, str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "Fastest over 16-bit" in proc.stdout
@@ -185,13 +179,7 @@ def test_compiling_torchao_prints_no_warning():
         "assert r.compile_seconds > 0 and r.run().shape == (8, 48)\n"
         "print('ok')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-W", "default", "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = python("-W", "default", "-c", code, timeout=600)
     assert proc.returncode == 0, proc.stderr
     if proc.stdout.startswith("unavailable:"):
         pytest.skip(proc.stdout.strip())
@@ -214,9 +202,7 @@ def test_a_library_warning_while_reading_a_run_is_shown_once():
         "    warnings.warn('line 2 is not a row', SkippedLinesWarning)\n"
         "print('done')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    proc = python("-c", code, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
     assert proc.stderr.count("UserWarning: a library advises") == 1, proc.stderr[-2000:]
     assert "warning: line 2 is not a row" in proc.stderr
