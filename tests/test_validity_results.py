@@ -128,3 +128,42 @@ def test_the_report_says_how_the_rows_found_the_caches():
     hot = pd.DataFrame({"cache": ["hot", "hot"], "cache_resident": [True, False]})
     assert _cache_text(hot) == "caches: hot; 1 rows cache-resident"
     assert _cache_text(pd.DataFrame({"x": [1]})) == ""
+
+
+def test_a_run_lists_its_widest_rows_and_show_wide_lists_them_all():
+    """At the end of a run the wide-rows table holds the widest few (the summary stays on
+    screen); ``show --wide`` lists every one."""
+    import io
+
+    from rich.console import Console
+
+    from kernelbench.report import console as console_mod
+
+    n = console_mod.WIDE_SHOWN + 5
+    df = pd.DataFrame(
+        {
+            "status": ["ok"] * n,
+            "backend": ["custom"] * n,
+            "method": [f"m{i}" for i in range(n)],
+            "layer": ["ffn1"] * n,
+            "d_model": [768] * n,
+            "tokens": [1] * n,
+            "speedup": [2.0] * n,
+            "speedup_lo": [2.0 - 0.01 * (i + 1) for i in range(n)],
+            "speedup_hi": [2.0 + 0.01 * (i + 1) for i in range(n)],
+            "ci_wide": [True] * n,
+            "raw_ms": [[1.0, 1.0, 3.0]] * n,
+        }
+    )
+
+    def printed(limit):
+        out = io.StringIO()
+        console_mod._print_wide(df, Console(file=out, width=200), limit)
+        return out.getvalue()
+
+    few = printed(console_mod.WIDE_SHOWN)
+    assert f"the {console_mod.WIDE_SHOWN} widest of {n}" in few
+    assert "5 more wide rows: kernelbench show --wide RUN" in few
+    assert f"m{n - 1} " in few and "m0 " not in few  # the widest kept, the narrowest left out
+    every = printed(None)
+    assert "more wide rows" not in every and "m0 " in every and f"m{n - 1} " in every

@@ -449,6 +449,7 @@ def show(
     skipped: bool = typer.Option(
         False, "--skipped", help="List rows not measured as a full table, not one line a reason"
     ),
+    wide: bool = typer.Option(False, "--wide", help="List every wide row, not only the widest"),
 ) -> None:
     """Print the headline and tables of a saved run again."""
     from kernelbench.report.console import print_tables
@@ -460,7 +461,7 @@ def show(
             df = load_view(run_dir)  # its attrs carry the run's interval target
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console, skipped_table=skipped)
+    print_tables(df, console, skipped_table=skipped, all_wide=wide)
 
 
 @app.command()

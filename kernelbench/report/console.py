@@ -198,6 +198,7 @@ def print_tables(
     df: pd.DataFrame,
     console: Console | None = None,
     skipped_table: bool = False,
+    all_wide: bool = False,
 ) -> None:
     """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
     beside it where the paper has one), time with sample count and share of the roofline, and
@@ -241,7 +242,7 @@ def print_tables(
         console.print(f"[dim]{escape(_legend(pd.concat(shown), extra))}[/dim]")
     _print_slow_sixteen_bit(df, console)
     _print_suspects(df, console)
-    _print_wide(df, console)
+    _print_wide(df, console, None if all_wide else WIDE_SHOWN)
     if skipped_table:
         _print_skipped(df, console)
     else:
@@ -254,15 +255,28 @@ def _print_slow_sixteen_bit(df: pd.DataFrame, console: Console) -> None:
         console.print(f"[yellow]{escape(note)}[/yellow]")
 
 
-def _print_wide(df: pd.DataFrame, console: Console) -> None:
-    """Rows whose interval is wider than the target, with what their slow calls saw."""
+#: Wide rows listed at the end of a run (the widest first); ``show --wide`` lists them all. A
+#: default sweep on a 2-core VM had 313: the table filled the last screens and hid the summary.
+WIDE_SHOWN = 10
+
+
+def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) -> None:
+    """Rows whose interval is wider than the target (the ``limit`` widest, or all), with what
+    their slow calls saw."""
     if "ci_wide" not in df or not df["ci_wide"].fillna(False).astype(bool).any():
         return
     wide = df[df["ci_wide"].fillna(False).astype(bool) & (df["layer"] != "block")]
     if not len(wide):
         return
+    width = (wide["speedup_hi"] - wide["speedup_lo"]) / wide["speedup"]
+    wide = wide.assign(_width=width.fillna(float("inf"))).sort_values("_width", ascending=False)
+    more = len(wide) - limit if limit is not None and len(wide) > limit else 0
+    if more:
+        wide = wide.head(limit)
+    widest = f"the {len(wide)} widest of {len(wide) + more}, " if more else ""
     table = Table(
-        title=f"Wide rows: their calls above {SLOW_FACTOR}x the median, and what those saw",
+        title=f"Wide rows ({widest}their calls above {SLOW_FACTOR}x the median, and what those "
+        "saw)",
         title_justify="left",
     )
     for col in ("backend", "method", "d_model", "tokens", "speedup", "slow", "faulted",
@@ -279,6 +293,8 @@ def _print_wide(df: pd.DataFrame, console: Console) -> None:
         )  # fmt: skip
         table.add_row(*(str(v) if i == 4 else escape(str(v)) for i, v in enumerate(cells)))
     console.print(table)
+    if more:
+        console.print(f"{more} more wide rows: kernelbench show --wide RUN")
 
 
 def _print_suspects(df: pd.DataFrame, console: Console) -> None:
