@@ -30,6 +30,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 
 from kernelbench.core import BASELINE, FP32
 from kernelbench.report import data
+from kernelbench.results.view import is_baseline
 
 PANEL_W, PANEL_H = 4.6, 3.4
 
@@ -134,7 +135,7 @@ def _style():
 def _not_baseline(df: pd.DataFrame) -> pd.DataFrame:
     """The rows that are not the 16-bit baseline itself: its speedup is 1 by definition and
     its error is the baseline's, which the figures draw once, in black."""
-    return df[~((df["backend"] == BASELINE[0]) & (df["method"] == BASELINE[1]))]
+    return df[~is_baseline(df)]
 
 
 def _has_interval(df: pd.DataFrame, value: str = "speedup") -> bool:
