@@ -26,6 +26,7 @@ from kernelbench.results.view import (
     SLOW_FACTOR,
     headline,
     is_baseline,
+    rel_halfwidths,
     short_reason,
     slow_calls,
     slow_sixteen_bit_note,
@@ -268,8 +269,8 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
     wide = df[df["ci_wide"].fillna(False).astype(bool) & (df["layer"] != "block")]
     if not len(wide):
         return
-    width = (wide["speedup_hi"] - wide["speedup_lo"]) / wide["speedup"]
-    wide = wide.assign(_width=width.fillna(float("inf"))).sort_values("_width", ascending=False)
+    width = rel_halfwidths(wide).fillna(math.inf)  # no interval: listed first
+    wide = wide.assign(_width=width).sort_values("_width", ascending=False)
     more = len(wide) - limit if limit is not None and len(wide) > limit else 0
     if more:
         wide = wide.head(limit)

@@ -175,6 +175,12 @@ def _speedup_rows(df: pd.DataFrame) -> pd.DataFrame:
     return rows[~is_baseline(rows)]
 
 
+def rel_halfwidths(rows: pd.DataFrame) -> pd.Series:
+    """Each row's 95% speedup interval, half its width relative to the speedup (NaN without
+    an interval): :func:`kernelbench.statistics.rel_halfwidth` over a frame."""
+    return (rows["speedup_hi"] - rows["speedup_lo"]) / 2 / rows["speedup"]
+
+
 def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     """One line: how many measured speedups have a 95% interval within the run's target, of
     all, and the median relative half-width. Empty without a measured speedup."""
@@ -186,7 +192,7 @@ def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     bounded = rows
     if {"speedup_lo", "speedup_hi"} <= set(rows.columns):
         bounded = rows[rows["speedup_lo"].notna() & rows["speedup_hi"].notna()]
-        widths = (bounded["speedup_hi"] - bounded["speedup_lo"]) / 2 / bounded["speedup"]
+        widths = rel_halfwidths(bounded)
     else:
         widths = pd.Series(dtype=float)
     target_text = f"±{target:.0%}" if target else "the run's target"
