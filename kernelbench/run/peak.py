@@ -66,17 +66,27 @@ def cache_path(dclass: str, root: Path | None = None) -> Path:
 MIN_PEAK_CALLS = 3
 
 
-def _samples_ms(engine: MeasurementEngine, call) -> list[float]:
-    """``call`` timed after its first call, at least ``MIN_PEAK_CALLS`` times."""
+def _samples_ms(engine: MeasurementEngine, call, at_least: int = MIN_PEAK_CALLS) -> list[float]:
+    """``call`` timed after its first call, at least ``at_least`` times."""
     _, first = engine.first_call(call)
     samples = list(engine.measure(call, first).row_ms)
-    while len(samples) < MIN_PEAK_CALLS:
+    while len(samples) < at_least:
         samples.append(engine.timer(call))
     return samples
 
 
-def _best_s(engine: MeasurementEngine, call) -> float:
-    return min(_samples_ms(engine, call)) / 1e3
+def _best_s(engine: MeasurementEngine, call, at_least: int = MIN_PEAK_CALLS) -> float:
+    return min(_samples_ms(engine, call, at_least)) / 1e3
+
+
+def _int8_raw_call(backend, device: torch.device, m: int, k: int, n: int):
+    """``backend``'s ``int8_raw`` built on fresh (m, k) x (n, k) operands, or ``None`` when it
+    does not run that shape here."""
+    if not backend.supports("int8_raw", device, torch.bfloat16, m, k, n):
+        return None
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+    return backend.build(Problem("int8_raw", x, w, None, QuantConfig(alpha=0.0))).run
 
 
 def _best_of_shapes(engine: MeasurementEngine, make_call, label: str) -> tuple[float, str]:
@@ -111,11 +121,7 @@ def _int8_tops(engine: MeasurementEngine, device: torch.device) -> tuple[float, 
     for name, backend in all_backends().items():
 
         def make_call(m, k, n, backend=backend):
-            if not backend.supports("int8_raw", device, torch.bfloat16, m, k, n):
-                return None
-            x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-            w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
-            return backend.build(Problem("int8_raw", x, w, None, QuantConfig(alpha=0.0))).run
+            return _int8_raw_call(backend, device, m, k, n)
 
         tops, label = _best_of_shapes(engine, make_call, f"{name} int8_raw")
         if tops > best:
@@ -145,10 +151,7 @@ BANDWIDTH_CALLS = 20
 
 
 def _best_gbs(engine: MeasurementEngine, call, nbytes: int) -> float:
-    samples = _samples_ms(engine, call)
-    while len(samples) < BANDWIDTH_CALLS:
-        samples.append(engine.timer(call))
-    return nbytes / (min(samples) / 1e3) / 1e9
+    return nbytes / _best_s(engine, call, BANDWIDTH_CALLS) / 1e9
 
 
 def _gemv_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[float, str]:
@@ -162,14 +165,11 @@ def _gemv_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[float, s
     best, how = 0.0, ""
     for name, backend in all_backends().items():
         try:
-            if not backend.supports("int8_raw", device, torch.bfloat16, m, k, n):
+            run = _int8_raw_call(backend, device, m, k, n)
+            if run is None:
                 continue
-            x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-            w = torch.randn(n, k, device=device, dtype=torch.bfloat16)
-            run = backend.build(Problem("int8_raw", x, w, None, QuantConfig(alpha=0.0))).run
-            del w  # only the backend's int8 copy stays while it is timed
             gbs = _best_gbs(engine, run, n * k)
-            del run
+            del run  # one backend's weight in memory at a time
         except Exception:  # noqa: BLE001 - a path that cannot run here adds no probe
             continue
         if gbs > best:
@@ -181,8 +181,7 @@ def _bandwidth_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[flo
     """The fastest of a copy (read + write), a read-only reduction over a large buffer and a
     one-token int8 GEMV: a decode call streams its weights read-only, which many machines do
     faster than they copy, and a GEMM kernel's prefetching stream faster than a reduction."""
-    probes = [_stream_gbs(engine, device), _gemv_gbs(engine, device)]
-    return max(probes)
+    return max(_stream_gbs(engine, device), _gemv_gbs(engine, device))
 
 
 def _stream_gbs(engine: MeasurementEngine, device: torch.device) -> tuple[float, str]:
