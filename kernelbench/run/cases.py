@@ -367,8 +367,7 @@ def _normal_weight(n: int, k: int, gen: torch.Generator, dtype: torch.dtype) -> 
     ends = [*starts[1:], n]
     block = torch.empty(max(e - s for s, e in zip(starts, ends, strict=True)), k)
     for start, end in zip(starts, ends, strict=True):
-        part = block[: end - start].normal_(generator=gen).div_(k**0.5)
-        weight[start:end] = part
+        weight[start:end] = block[: end - start].normal_(generator=gen).div_(k**0.5)
     return weight
 
 
