@@ -316,7 +316,7 @@ def test_a_raising_output_hook_fails_its_row_only():
     assert len(cell.rows["good"].row_ms) == 2
 
 
-def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
+def test_cpu_memory_is_reused_while_timing_and_given_back_when_released(monkeypatch):
     from kernelbench.measure import timing
 
     class FakeLibc:
@@ -333,16 +333,34 @@ def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
 
     libc = FakeLibc()
     monkeypatch.setattr(timing, "_LIBC", libc)
+    monkeypatch.setattr(timing, "_heap_kept", False)
+    never_trim = [
+        ("mallopt", timing._M_TRIM_THRESHOLD, timing._NEVER_TRIM),
+        ("mallopt", timing._M_TOP_PAD, timing._NEVER_TRIM),
+    ]
     with timing.freed_memory_reused(), timing.freed_memory_reused():  # nested: set once
-        assert libc.calls == [
-            ("mallopt", timing._M_MMAP_MAX, 0),
-            ("mallopt", timing._M_TRIM_THRESHOLD, timing._NEVER_TRIM),
-        ]
-    assert libc.calls[2:] == [
+        assert libc.calls == [("mallopt", timing._M_MMAP_MAX, 0), *never_trim]
+        timing.release_free_memory()  # inside a block: nothing given back
+    # on exit mmap comes back, but nothing is trimmed: the next block reuses the pages
+    assert libc.calls[3:] == [("mallopt", timing._M_MMAP_MAX, timing._DEFAULT_MMAP_MAX)]
+    libc.calls.clear()
+    with timing.freed_memory_reused():  # the heap is still kept: only mmap is switched
+        pass
+    assert libc.calls == [
+        ("mallopt", timing._M_MMAP_MAX, 0),
         ("mallopt", timing._M_MMAP_MAX, timing._DEFAULT_MMAP_MAX),
+    ]
+    libc.calls.clear()
+    timing.release_free_memory()  # the run needs memory: defaults back, free pages returned
+    assert libc.calls == [
         ("mallopt", timing._M_TRIM_THRESHOLD, timing._DEFAULT_TRIM_THRESHOLD),
+        ("mallopt", timing._M_TOP_PAD, timing._DEFAULT_TOP_PAD),
         ("trim", 0),
     ]
+    libc.calls.clear()
+    with timing.freed_memory_reused():  # and the next block keeps the heap again
+        pass
+    assert libc.calls[1:3] == never_trim
     libc.calls.clear()
     with timing.freed_memory_reused(enabled=False):
         pass
@@ -360,7 +378,8 @@ def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
     e.measure_cell({"a": machine.call(1.0)}, baseline=machine.call(2.0))
     e.first_call(machine.call(1.0))
     e.time_stages({"s": machine.call(1.0)})
-    assert [c for c in libc.calls if c[0] == "trim"] == [("trim", 0)] * 3
+    assert libc.calls.count(("mallopt", timing._M_MMAP_MAX, 0)) == 3
+    assert ("trim", 0) not in libc.calls
     libc.calls.clear()
     quiet = MeasurementEngine(
         "cpu",
@@ -372,3 +391,15 @@ def test_cpu_memory_is_reused_while_timing_and_given_back_after(monkeypatch):
     )
     quiet.first_call(machine.call(1.0))
     assert libc.calls == []
+
+
+def test_heap_cushion_only_inside_a_reuse_block_and_within_available_memory(monkeypatch):
+    from kernelbench.measure import timing
+
+    if timing._LIBC is None:
+        pytest.skip("glibc only")
+    assert timing.cushion_heap(1 << 20) == 0  # outside a block it would just be trimmed
+    with timing.freed_memory_reused():
+        assert timing.cushion_heap(1 << 20, available=lambda: 1 << 30) == 1 << 20
+        assert timing.cushion_heap(1 << 30, available=lambda: 8 << 20) == 2 << 20
+        assert timing.cushion_heap(0) == 0

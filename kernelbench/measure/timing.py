@@ -272,15 +272,37 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 # --- CPU memory while timing ---------------------------------------------------------------------
 
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc mallopt parameters (malloc.h)
-_DEFAULT_MMAP_MAX, _DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024
-_NEVER_TRIM = 2**31 - 1  # mallopt takes an int: 2 GiB free at the heap's top before trimming
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4  # glibc mallopt parameters (malloc.h)
+_DEFAULT_MMAP_MAX, _DEFAULT_TRIM_THRESHOLD, _DEFAULT_TOP_PAD = 65536, 128 * 1024, 128 * 1024
+#: mallopt takes an int: glibc trims the heap's top once 2 GiB of it are free, down to the pad,
+#: so with the pad as large the top keeps 2 GiB resident (at 175B shapes the calls of a block
+#: free more than 2 GiB at once: without the pad the next call faulted all of it in again)
+_NEVER_TRIM = 2**31 - 1
 
 #: How CPU memory is handed to timed calls, as recorded in env.json.
 ALLOCATOR_NOTE = (
     "glibc malloc while timing: mmap off, no trimming (a freed output is reused by the next "
-    "call, as under a caching allocator); restored and trimmed after each timed block"
+    "call, as under a caching allocator); the heap keeps freed memory resident between timed "
+    "blocks and gives it back when the run needs memory"
 )
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in [
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        ]
+    ]
 
 
 def _glibc():
@@ -295,6 +317,7 @@ def _glibc():
 
 _LIBC = _glibc()
 _reuse_depth = 0
+_heap_kept = False  # the heap is set never to trim (since the first reuse block)
 
 
 def allocator_note() -> str:
@@ -302,19 +325,60 @@ def allocator_note() -> str:
     return ALLOCATOR_NOTE if _LIBC is not None else ""
 
 
+def available_bytes() -> int | None:
+    """Memory the system can still give (``MemAvailable``; ``None`` where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+#: Share of the memory still available that a heap cushion may take.
+CUSHION_SHARE = 0.25
+
+
+def cushion_heap(nbytes: int, available: Callable[[], int | None] = available_bytes) -> int:
+    """Inside :func:`freed_memory_reused`: touch ``nbytes`` at the top of the heap and free
+    them, so that a later call whose temporaries land past the heap's extent so far (the calls
+    of a block allocate in a different order each cycle, and the heap's free space fragments)
+    finds resident pages instead of faulting them in while timed. At most ``CUSHION_SHARE`` of
+    the available memory; nothing outside a reuse block (it would be trimmed) or off glibc.
+    Returns the bytes touched."""
+    if _LIBC is None or _reuse_depth == 0 or nbytes <= 0:
+        return 0
+    free = available()
+    nbytes = int(min(nbytes, CUSHION_SHARE * free)) if free is not None else int(nbytes)
+    if nbytes <= 0:
+        return 0
+    block = torch.empty(nbytes, dtype=torch.uint8)
+    block.fill_(1)
+    del block
+    return nbytes
+
+
 @contextmanager
 def freed_memory_reused(enabled: bool = True) -> Iterator[None]:
-    """While inside, glibc serves large allocations from its heap and keeps freed memory (no
-    mmap, no trimming): a call's output reuses the previous call's pages instead of faulting in
-    fresh ones. On exit the defaults come back and free memory is returned to the system, so
-    the heap does not hold what the timed calls freed. Re-entrant; a no-op off glibc."""
-    global _reuse_depth
+    """While inside, glibc serves large allocations from its heap (no mmap) and never trims
+    it: a call's output reuses the previous call's pages instead of faulting in fresh ones.
+    On exit large allocations go back to mmap, but the heap keeps what the block freed,
+    resident, until :func:`release_free_memory` (called when the run needs memory): the next
+    block reuses those pages. Trimming after each block left the heap's top and holes in it
+    to be faulted in again by the next block's calls, mid-cycle. Re-entrant; a no-op off
+    glibc."""
+    global _reuse_depth, _heap_kept
     if not enabled or _LIBC is None:
         yield
         return
     if _reuse_depth == 0:
         _LIBC.mallopt(_M_MMAP_MAX, 0)
-        _LIBC.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)
+        if not _heap_kept:
+            _LIBC.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)
+            _LIBC.mallopt(_M_TOP_PAD, _NEVER_TRIM)
+            _heap_kept = True
     _reuse_depth += 1
     try:
         yield
@@ -322,5 +386,27 @@ def freed_memory_reused(enabled: bool = True) -> Iterator[None]:
         _reuse_depth -= 1
         if _reuse_depth == 0:
             _LIBC.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
-            _LIBC.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
-            _LIBC.malloc_trim(0)
+
+
+def release_free_memory() -> None:
+    """Return the heap's free pages to the system and trim it as glibc does by default again
+    (outside a reuse block; off glibc nothing): called before the run reads how much memory
+    it has."""
+    global _heap_kept
+    if _LIBC is None or _reuse_depth > 0:
+        return
+    if _heap_kept:
+        _LIBC.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
+        _LIBC.mallopt(_M_TOP_PAD, _DEFAULT_TOP_PAD)
+        _heap_kept = False
+    _LIBC.malloc_trim(0)
+
+
+def heap_free_bytes() -> int:
+    """Bytes free in glibc's heap, resident or not (0 where glibc does not say): memory the
+    process holds for reuse, not memory in use."""
+    info = getattr(_LIBC, "mallinfo2", None)
+    if info is None:
+        return 0
+    info.restype = _MallInfo2
+    return int(info().fordblks)

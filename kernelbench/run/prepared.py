@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelbench.backends.base import Runner, SharedWeights
+from kernelbench.measure.timing import available_bytes, heap_free_bytes, release_free_memory
 from kernelbench.run.cases import CellInputs, LayerInputs
 
 #: Share of the machine's physical memory a run may keep prepared cells in, by default.
@@ -35,18 +36,6 @@ def default_limit_bytes() -> int:
         return 0
 
 
-def available_bytes() -> int | None:
-    """Memory the system can still give (``MemAvailable``; ``None`` where unknown)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def resident_bytes(device: torch.device) -> int | None:
     """Memory in use now: CUDA allocations on CUDA, the process's resident set on the CPU
     (``None`` where the platform does not say)."""
@@ -54,9 +43,10 @@ def resident_bytes(device: torch.device) -> int | None:
         return int(torch.cuda.memory_allocated(device))
     try:
         with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+    return max(0, resident - heap_free_bytes())  # the heap's free pages are held, not used
 
 
 @dataclass
@@ -119,15 +109,24 @@ class PreparedCells:
             gc.collect()
 
     def make_room(
-        self, needed_bytes: int, keep: Hashable = None, available=available_bytes
+        self,
+        needed_bytes: int,
+        keep: Hashable = None,
+        available=available_bytes,
+        release=release_free_memory,
     ) -> None:
         """Let kept cells go (least recently used first, ``keep`` last) while the system has
-        less than ``needed_bytes`` free: a cell about to be built must never run out of memory
-        because of what an earlier one left here."""
+        less than ``needed_bytes`` free (after giving back the heap's free pages): a cell about
+        to be built must never run out of memory because of what an earlier one left here."""
+        trimmed = False
         while self._cells:
             free = available()
             if free is None or free >= needed_bytes:
                 return
+            if not trimmed:  # the heap's free pages first: they cost nothing to give back
+                release()
+                trimmed = True
+                continue
             others = [k for k in self._cells if k != keep]
             victim = others[0] if others else next(iter(self._cells))
             del self._cells[victim]
