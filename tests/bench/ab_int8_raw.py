@@ -2,8 +2,11 @@
 
 Per shape (m, k, n), in one process: the three calls (custom ``int8_raw`` runner, custom
 ``vectorwise`` runner, ``torch._int_mm`` on the same int8 operands) are called in a rotated
-order every rep; each rep gives the ratios raw / vectorwise and raw / oneDNN, reported as the
-median with the interquartile range. Run as a script (not collected by pytest)::
+order every rep, with freed memory reused as the harness times CPU calls (without, each call
+faulted in its int32 output: custom ``int8_raw`` read 1.8x its own ``vectorwise`` at
+2048x1024x4096). Each rep gives the ratios raw / vectorwise and raw / oneDNN, reported as the
+median with its 95% bootstrap interval and the interquartile range (times: medians).
+Run as a script (not collected by pytest)::
 
     python tests/bench/ab_int8_raw.py --shapes 2048x2048x8192,1x2048x8192 --reps 15
 """
@@ -17,7 +20,9 @@ import time
 import torch
 
 from kernelbench.backends import get_backend
+from kernelbench.measure.timing import freed_memory_reused
 from kernelbench.quant import QuantConfig
+from kernelbench.statistics import median_interval
 
 
 def _quartiles(v: list[float]) -> tuple[float, float, float]:
@@ -39,20 +44,33 @@ def measure(m: int, k: int, n: int, reps: int) -> dict[str, tuple[float, float, 
     calls = {"raw": raw.run, "vec": vec.run, "onednn": lambda: torch._int_mm(a, w_kn)}
     if not torch.equal(raw.run(), calls["onednn"]()):
         raise SystemExit(f"{m}x{k}x{n}: custom int8_raw differs from torch._int_mm")
-    for f in calls.values():
-        f()
     names = list(calls)
     times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(reps):
-        order = names[i % 3 :] + names[: i % 3]
-        for name in order:
-            t0 = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - t0)
+    with freed_memory_reused():  # as the harness times: each output reuses freed pages
+        for f in calls.values():
+            f()
+        for i in range(reps):
+            order = names[i % 3 :] + names[: i % 3]
+            for name in order:
+                t0 = time.perf_counter()
+                calls[name]()
+                times[name].append(time.perf_counter() - t0)
     ratio = lambda other: [r / o for r, o in zip(times["raw"], times[other], strict=True)]  # noqa: E731
-    out = {"raw/vec": _quartiles(ratio("vec")), "raw/onednn": _quartiles(ratio("onednn"))}
+    out = {key: _quartiles(ratio(other)) for key, other in RATIOS.items()}
     out.update({f"{name} ms": _quartiles([t * 1e3 for t in times[name]]) for name in names})
+    out.update({f"{key} 95%": median_interval(ratio(other)) for key, other in RATIOS.items()})
     return out
+
+
+#: The paired ratios reported: raw / the other call.
+RATIOS = {"raw/vec": "vec", "raw/onednn": "onednn"}
+
+
+def _cell(key: str, res: dict) -> str:
+    q1, med, q3 = res[key]
+    ci = res.get(f"{key} 95%")
+    interval = f" 95% [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+    return f"{key} {med:.3f}{interval} (IQR {q1:.3f}, {q3:.3f})"
 
 
 def main() -> None:
@@ -60,12 +78,13 @@ def main() -> None:
     p.add_argument("--shapes", default="2048x2048x8192,1x2048x8192")
     p.add_argument("--reps", type=int, default=15)
     args = p.parse_args()
-    print(f"threads={torch.get_num_threads()}  cells: median [q1, q3]")
+    print(f"threads={torch.get_num_threads()}  ratios: median 95% [interval] (IQR); ms: median")
     for shape in args.shapes.split(","):
         m, k, n = (int(v) for v in shape.split("x"))
         res = measure(m, k, n, args.reps)
-        cells = "  ".join(f"{key} {v[1]:.3f} [{v[0]:.3f}, {v[2]:.3f}]" for key, v in res.items())
-        print(f"{m}x{k}x{n}: {cells}", flush=True)
+        cells = [_cell(key, res) for key in RATIOS]
+        cells += [f"{key} {res[key][1]:.3f}" for key in res if key.endswith(" ms")]
+        print(f"{m}x{k}x{n}: " + "  ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
