@@ -346,7 +346,8 @@ def cushion_heap(nbytes: int, available: Callable[[], int | None] = available_by
     them, so that a later call whose temporaries land past the heap's extent so far (the calls
     of a block allocate in a different order each cycle, and the heap's free space fragments)
     finds resident pages instead of faulting them in while timed. At most ``CUSHION_SHARE`` of
-    the available memory; nothing outside a reuse block (it would be trimmed) or off glibc.
+    the available memory; nothing outside a reuse block (there a large block is mmapped, not
+    taken from the heap) or off glibc.
     Returns the bytes touched."""
     if _LIBC is None or _reuse_depth == 0 or nbytes <= 0:
         return 0
