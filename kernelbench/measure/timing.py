@@ -403,6 +403,20 @@ def release_free_memory() -> None:
     _LIBC.malloc_trim(0)
 
 
+def available_after_release(
+    needed: int,
+    available: Callable[[], int | None] = available_bytes,
+    release: Callable[[], None] = release_free_memory,
+) -> int | None:
+    """The memory available (``available``), read again after giving back the heap's free
+    pages (``release``) when it is below ``needed``: they cost nothing to give back."""
+    free = available()
+    if free is not None and free < needed:
+        release()
+        free = available()
+    return free
+
+
 def heap_free_bytes() -> int:
     """Bytes free in glibc's heap, resident or not (0 where glibc does not say): memory the
     process holds for reuse, not memory in use."""

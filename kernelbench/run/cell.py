@@ -33,7 +33,7 @@ from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
 from kernelbench.backends.plugins import origin_of
 from kernelbench.core import BASELINE, FP32, SkipKind, work_bytes, work_flops
 from kernelbench.measure.engine import MeasurementEngine, RowMeasurement, error_text
-from kernelbench.measure.timing import available_bytes, release_free_memory
+from kernelbench.measure.timing import available_after_release, available_bytes
 from kernelbench.quant import Problem, outlier_columns
 from kernelbench.results.schema import USAGE_FIELDS, ResultRow
 from kernelbench.run.cases import Case, layer_inputs, make_inputs
@@ -328,10 +328,7 @@ def _memory_short(reserve: int, prepared: PreparedCells | None, cell_key) -> boo
     """True when less than ``reserve`` is free even after letting kept cells go."""
     if prepared is not None:
         prepared.make_room(reserve, keep=cell_key)
-    free = available_bytes()
-    if free is not None and free < reserve:
-        release_free_memory()  # the heap's free pages, held for the timed calls' reuse
-        free = available_bytes()
+    free = available_after_release(reserve, available_bytes)
     return free is not None and free < reserve
 
 

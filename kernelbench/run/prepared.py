@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelbench.backends.base import Runner, SharedWeights
-from kernelbench.measure.timing import available_bytes, heap_free_bytes, release_free_memory
+from kernelbench.measure.timing import (
+    available_after_release,
+    available_bytes,
+    heap_free_bytes,
+    release_free_memory,
+)
 from kernelbench.run.cases import CellInputs, LayerInputs
 
 #: Share of the machine's physical memory a run may keep prepared cells in, by default.
@@ -118,19 +123,15 @@ class PreparedCells:
         """Let kept cells go (least recently used first, ``keep`` last) while the system has
         less than ``needed_bytes`` free (after giving back the heap's free pages): a cell about
         to be built must never run out of memory because of what an earlier one left here."""
-        trimmed = False
-        while self._cells:
-            free = available()
-            if free is None or free >= needed_bytes:
-                return
-            if not trimmed:  # the heap's free pages first: they cost nothing to give back
-                release()
-                trimmed = True
-                continue
+        if not self._cells:
+            return
+        free = available_after_release(needed_bytes, available, release)
+        while self._cells and free is not None and free < needed_bytes:
             others = [k for k in self._cells if k != keep]
             victim = others[0] if others else next(iter(self._cells))
             del self._cells[victim]
             gc.collect()
+            free = available()
 
     def offer(self, key: Hashable, cell: PreparedCell) -> bool:
         """Keep ``cell`` under ``key`` if it fits (pushing out smaller cells); True if kept."""
