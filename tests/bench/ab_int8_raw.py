@@ -24,6 +24,9 @@ from kernelbench.measure.timing import freed_memory_reused
 from kernelbench.quant import QuantConfig
 from kernelbench.statistics import median_interval
 
+#: The paired ratios reported: raw / the other call.
+RATIOS = {"raw/vec": "vec", "raw/onednn": "onednn"}
+
 
 def _quartiles(v: list[float]) -> tuple[float, float, float]:
     if len(v) < 2:
@@ -60,10 +63,6 @@ def measure(m: int, k: int, n: int, reps: int) -> dict[str, tuple[float, float, 
     out.update({f"{name} ms": _quartiles([t * 1e3 for t in times[name]]) for name in names})
     out.update({f"{key} 95%": median_interval(ratio(other)) for key, other in RATIOS.items()})
     return out
-
-
-#: The paired ratios reported: raw / the other call.
-RATIOS = {"raw/vec": "vec", "raw/onednn": "onednn"}
 
 
 def _cell(key: str, res: dict) -> str:
