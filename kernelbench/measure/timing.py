@@ -287,24 +287,6 @@ ALLOCATOR_NOTE = (
 )
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in [
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        ]
-    ]
-
-
 def _glibc():
     if not sys.platform.startswith("linux"):
         return None
@@ -415,13 +397,3 @@ def available_after_release(
         release()
         free = available()
     return free
-
-
-def heap_free_bytes() -> int:
-    """Bytes free in glibc's heap, resident or not (0 where glibc does not say): memory the
-    process holds for reuse, not memory in use."""
-    info = getattr(_LIBC, "mallinfo2", None)
-    if info is None:
-        return 0
-    info.restype = _MallInfo2
-    return int(info().fordblks)

@@ -24,7 +24,6 @@ from kernelbench.backends.base import Runner, SharedWeights
 from kernelbench.measure.timing import (
     available_after_release,
     available_bytes,
-    heap_free_bytes,
     release_free_memory,
 )
 from kernelbench.run.cases import CellInputs, LayerInputs
@@ -48,10 +47,9 @@ def resident_bytes(device: torch.device) -> int | None:
         return int(torch.cuda.memory_allocated(device))
     try:
         with open("/proc/self/statm") as f:
-            resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-    return max(0, resident - heap_free_bytes())  # the heap's free pages are held, not used
 
 
 @dataclass
