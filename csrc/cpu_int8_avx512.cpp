@@ -12,7 +12,8 @@
 //
 // Blocking: each thread owns a range of 16-column panels; within it, chunks of kNCp panels x kKC
 // k values of the packed weights stay in L2 while kMR-row slices of A sweep past, two panels at a
-// time (kMR x 2 zmm accumulators). The first row slice of a chunk, which pulls it from memory,
+// time (kMR x 2 zmm accumulators); past one k block, the rows go in groups sized so the group's
+// A stays in the last-level cache. The first row slice of a chunk, which pulls it from memory,
 // prefetches it ahead (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384
 // and 12288 x 49152 weights ran 1.1-2.9x slower on one Zen 5 core). Up to stream_rows() rows of
 // A (decode), gemm_small_m streams the weights instead: each pair of panels read once, prefetched
@@ -36,6 +37,12 @@ constexpr int kMR = 12;    // rows of A per micro-kernel call (12 x 2 accumulato
 constexpr int kKC = 2048;  // k values per block (a multiple of 4)
 constexpr int kNCp = 8;    // panels (of 16 columns) per L2 chunk: kNCp * kKC * 16 bytes of B
 constexpr int kQuadBytes = kMR * 4;  // one quad of a packed row block of A
+// Packed A of one row group when k spans several blocks: small enough to stay in the last-level
+// cache while all of a thread's panel chunks pass (an eighth of a 32 MB L3). With all m rows
+// instead, A came from memory once per panel chunk: at 2048 x 16384 x 4096 and 2048 x 49152 x
+// 12288 the blocked path took 1.13-1.21x oneDNN's time, 1.00-1.03x with 4 MiB groups (2 MiB: the
+// same within the noise; 8 MiB: 1.03-1.15x) on a 2-core Zen 5.
+constexpr int64_t kAGroupBytes = int64_t{4} << 20;
 // How far ahead (bytes of one panel) the decode path prefetches the weights: the hardware
 // prefetcher stops at every 4 KiB page, and a panel of the decode path is one long stream.
 constexpr int64_t kPrefetchBytes = 4096;
@@ -292,41 +299,45 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const std::vector<uint8_t> ap = pack_a(a, m, k);
+  // Past one k block, the rows go in groups whose packed A (mc x k bytes) stays in the last-level
+  // cache while every panel chunk sweeps past it: A is read from memory once, not once per chunk.
   // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
-  // else all m rows), finished as soon as a row slice's last k block is in: dequantized (AVX2
-  // code, shared with that kernel set; the int32 product never goes to memory whole) or, without
-  // an epilogue, copied to c. Both paths run the same blocking.
-  const int64_t sld = kNCp * 16, srows = k > kKC ? m : kMR;
+  // else the group's mc rows), finished as soon as a row slice's last k block is in.
+  const int64_t mc = k > kKC ? std::max<int64_t>(kMR, kAGroupBytes / k / kMR * kMR) : m;
+  const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
     __m512i comp[kNCp];
     std::vector<int32_t> scratch(static_cast<size_t>(srows * sld));
-    for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
-      const int64_t pc1 = std::min(p1, pc0 + kNCp);
-      for (int64_t k0 = 0; k0 < k; k0 += kKC) {
-        const int64_t kc = std::min<int64_t>(kKC, k - k0), kp = (kc + 1) / 2;
-        const int64_t nq = kp / 2;
-        const bool half = kp % 2 != 0;
-        const int8_t* block = packed_b + L.offset(0, k0);  // + p * panel_bytes for panel p
-        // The correction is taken off once, with the last k block (pack_b's column sums).
-        const bool last_block = k0 + kKC >= k;
-        for (int64_t p = pc0; p < pc1; ++p)
-          comp[p - pc0] = last_block ? _mm512_loadu_si512(sums + p * 16) : _mm512_setzero_si512();
-        for (int64_t r0 = 0; r0 < m; r0 += kMR) {
-          const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
-          int32_t* tile = scratch.data() + (srows == m ? r0 : 0) * sld;
-          for (int64_t p = pc0; p < pc1; p += 2) {
-            const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
-            const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
-            tile_kernel(R, np, r0 == 0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
-              block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
-              tile + (p - pc0) * 16, sld, last_cols, k0 > 0);
+    for (int64_t g0 = 0; g0 < m; g0 += mc) {
+      const int64_t g1 = std::min(m, g0 + mc);
+      for (int64_t pc0 = p0; pc0 < p1; pc0 += kNCp) {
+        const int64_t pc1 = std::min(p1, pc0 + kNCp);
+        for (int64_t k0 = 0; k0 < k; k0 += kKC) {
+          const int64_t kc = std::min<int64_t>(kKC, k - k0), kp = (kc + 1) / 2;
+          const int64_t nq = kp / 2;
+          const bool half = kp % 2 != 0;
+          const int8_t* block = packed_b + L.offset(0, k0);  // + p * panel_bytes for panel p
+          // The correction is taken off once, with the last k block (pack_b's column sums).
+          const bool last_block = k0 + kKC >= k;
+          for (int64_t p = pc0; p < pc1; ++p)
+            comp[p - pc0] = last_block ? _mm512_loadu_si512(sums + p * 16) : _mm512_setzero_si512();
+          for (int64_t r0 = g0; r0 < g1; r0 += kMR) {
+            const int R = static_cast<int>(std::min<int64_t>(kMR, g1 - r0));
+            int32_t* tile = scratch.data() + (srows == kMR ? 0 : r0 - g0) * sld;
+            for (int64_t p = pc0; p < pc1; p += 2) {
+              const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
+              const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
+              tile_kernel(R, np, r0 == g0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
+                block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
+                tile + (p - pc0) * 16, sld, last_cols, k0 > 0);
+            }
+            if (last_block)
+              finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
+                          std::min(n, pc1 * 16));
           }
-          if (last_block)
-            finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
-                        std::min(n, pc1 * 16));
         }
       }
     }

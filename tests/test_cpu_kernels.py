@@ -323,6 +323,7 @@ FUSED_SHAPES = [
     (4, 515, 257),
     (37, 2051, 40),
     (19, 4099, 107),  # 7 panels: a one-panel tile at the end of a chunk, on one thread or two
+    (260, 16391, 40),  # past one group of rows (4 MiB of packed A: 252 rows at this k)
 ]
 
 
@@ -499,6 +500,7 @@ INT32_SHAPES = [
     (25, 2050, 129),
     (1030, 37, 1100),
     (40, 2051, 107),
+    (260, 16391, 40),  # two row groups (4 MiB of packed A: 252 rows at this k), the last partial
 ]
 
 
