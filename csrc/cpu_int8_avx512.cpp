@@ -48,7 +48,7 @@ constexpr int64_t kAGroupBytes = int64_t{4} << 20;
 constexpr int64_t kPrefetchBytes = 4096;
 
 inline void prefetch(const int8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
 // Word index that interleaves the two k pairs of one 64-byte load: out words (2j, 2j+1) = in
@@ -99,11 +99,12 @@ inline void store16(int32_t* dst, __m512i acc, __m512i comp, __mmask16 mask, boo
 
 // R x (16 * NP) tile of C (= or +=) sum over nq quads (plus a half quad) of A x NP panels,
 // minus the panels' 128 * column sums `comp`. The accumulators are named variables and stored
-// by name (with an array GCC kept them on the stack). PF: prefetch the panels ahead (decode).
+// by name (with an array GCC kept them on the stack). PF: each quad also prefetches the bytes
+// pf_offset past it in both panels (decode: its own panels ahead, or the next block's).
 template <int R, int NP, bool PF = false>
 void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
                   int64_t nq, bool half, const __m512i* comp, int32_t* c, int64_t ldc,
-                  int last_cols, bool accumulate) {
+                  int last_cols, bool accumulate, int64_t pf_offset) {
   static_assert(R >= 1 && R <= kMR && (NP == 1 || NP == 2), "tile shape");
   const __m512i idx = pair_interleave();
   const __m512i z = _mm512_setzero_si512();
@@ -114,8 +115,8 @@ void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
   const int64_t quads = nq + (half ? 1 : 0);
   for (int64_t q = 0; q < quads; ++q) {
     if constexpr (PF) {
-      prefetch(bp + q * 64);
-      if constexpr (NP > 1) prefetch(bp1 + q * 64);
+      prefetch(bp + pf_offset + q * 64);
+      if constexpr (NP > 1) prefetch(bp1 + pf_offset + q * 64);
     }
     const __mmask64 lm = (half && q == nq) ? __mmask64(0xffffffffull) : ~__mmask64(0);
     const __m512i b0 = _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(lm, bp + q * 64));
@@ -136,7 +137,7 @@ void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
 template <int NP, bool PF = false>
 void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, int64_t nq,
                       bool half, const __m512i* comp, int32_t* c, int64_t ldc, int last_cols,
-                      bool accumulate) {
+                      bool accumulate, int64_t pf_offset) {
   (void)ldc;
   const __m512i idx = pair_interleave();
   const __m512i z = _mm512_setzero_si512();
@@ -153,8 +154,8 @@ void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, i
   for (; q + 4 <= nq; q += 4) {
     if constexpr (PF) {
       for (int u = 0; u < 4; ++u) {
-        prefetch(bp + (q + u) * 64);
-        if constexpr (NP > 1) prefetch(bp1 + (q + u) * 64);
+        prefetch(bp + pf_offset + (q + u) * 64);
+        if constexpr (NP > 1) prefetch(bp1 + pf_offset + (q + u) * 64);
       }
     }
     KB_ROW_QUAD(0, s00, s10)
@@ -181,7 +182,7 @@ void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, i
 }
 
 using KernelFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, bool,
-                          const __m512i*, int32_t*, int64_t, int, bool);
+                          const __m512i*, int32_t*, int64_t, int, bool, int64_t);
 
 template <int NP, bool PF, size_t... I>
 constexpr auto kernel_row(std::index_sequence<I...>) {
@@ -273,12 +274,18 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           for (int i = 0; i < np; ++i)
             comp[i] = last_block ? _mm512_loadu_si512(sums + (p + i) * 16) : _mm512_setzero_si512();
           const int8_t* bp = packed_b + p * panel_bytes + k0 / 2 * PackedLayout::kPairBytes;
+          // The block this thread reads next (of this pair, or the next pair's first), from bp;
+          // the second row slice prefetches it while it computes from cache.
+          const bool has_next = !last_block || p + 2 < p1;
+          const int64_t next_offset = !last_block ? kc / 2 * PackedLayout::kPairBytes
+                                                  : 2 * panel_bytes - k0 / 2 * PackedLayout::kPairBytes;
           for (int64_t r0 = 0; r0 < m; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
-            tile_kernel(R, np, r0 == 0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
-                                        bp, panel_bytes, kp / 2, kp % 2 != 0, comp,
-                                        tile.data() + r0 * sld + (p - pc0) * 16, sld, last_cols,
-                                        k0 > 0);
+            const bool pf = r0 == 0 || (r0 == kMR && has_next);
+            tile_kernel(R, np, pf)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes, bp,
+                                   panel_bytes, kp / 2, kp % 2 != 0, comp,
+                                   tile.data() + r0 * sld + (p - pc0) * 16, sld, last_cols,
+                                   k0 > 0, r0 == 0 ? kPrefetchBytes : next_offset);
           }
         }
       }
@@ -332,7 +339,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
               const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
               tile_kernel(R, np, r0 == g0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
                 block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
-                tile + (p - pc0) * 16, sld, last_cols, k0 > 0);
+                tile + (p - pc0) * 16, sld, last_cols, k0 > 0, kPrefetchBytes);
             }
             if (last_block)
               finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
