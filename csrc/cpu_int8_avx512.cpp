@@ -40,7 +40,7 @@ constexpr int kQuadBytes = kMR * 4;  // one quad of a packed row block of A
 // Packed A of one row group when k spans several blocks: small enough to stay in the last-level
 // cache while all of a thread's panel chunks pass (an eighth of a 32 MB L3). With all m rows
 // instead, A came from memory once per panel chunk: at 2048 x 16384 x 4096 and 2048 x 49152 x
-// 12288 the blocked path took 1.13-1.21x oneDNN's time, 1.00-1.03x with 4 MiB groups (2 MiB: the
+// 12288 the blocked path took 1.13-1.21x oneDNN's time, 0.99-1.06x with 4 MiB groups (2 MiB: the
 // same within the noise; 8 MiB: 1.03-1.15x) on a 2-core Zen 5.
 constexpr int64_t kAGroupBytes = int64_t{4} << 20;
 // How far ahead (bytes of one panel) the decode path prefetches the weights: the hardware
@@ -277,8 +277,9 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           // The block this thread reads next (of this pair, or the next pair's first), from bp;
           // the second row slice prefetches it while it computes from cache.
           const bool has_next = !last_block || p + 2 < p1;
-          const int64_t next_offset = !last_block ? kc / 2 * PackedLayout::kPairBytes
-                                                  : 2 * panel_bytes - k0 / 2 * PackedLayout::kPairBytes;
+          const int64_t next_offset = !last_block
+                                          ? kc / 2 * PackedLayout::kPairBytes
+                                          : 2 * panel_bytes - k0 / 2 * PackedLayout::kPairBytes;
           for (int64_t r0 = 0; r0 < m; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
             const bool pf = r0 == 0 || (r0 == kMR && has_next);
@@ -309,7 +310,9 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   // Past one k block, the rows go in groups whose packed A (mc x k bytes) stays in the last-level
   // cache while every panel chunk sweeps past it: A is read from memory once, not once per chunk.
   // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
-  // else the group's mc rows), finished as soon as a row slice's last k block is in.
+  // else the group's mc rows), finished as soon as a row slice's last k block is in: dequantized
+  // (AVX2 code, shared with that kernel set; the int32 product never goes to memory whole) or,
+  // without an epilogue, copied to c. Both paths run the same blocking.
   const int64_t mc = k > kKC ? std::max<int64_t>(kMR, kAGroupBytes / k / kMR * kMR) : m;
   const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
