@@ -244,7 +244,7 @@ std::vector<uint8_t> pack_a(const int8_t* a, int64_t m, int64_t k) {
 // a panel pair is read over the whole k at once, its sums in registers throughout; with more,
 // kKC k values at a time, which the first row slice pulls from memory and the others read from
 // cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
-// halved the throughput). The same exact integers as the blocked path. Against the (prefetching)
+// halved the throughput), the second prefetching the block read next meanwhile. The same exact integers as the blocked path. Against the (prefetching)
 // blocked path on one Zen 5 core, CPU time: 0.93-0.94x the time at m = 1-8 with 12288 x 49152
 // weights, 0.98-0.99 with 4096 x 16384, 0.97-1.02 at m = 16-48 (so the crossover is flat there
 // and stream_rows stays at the AVX2 set's 32).
