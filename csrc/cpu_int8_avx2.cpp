@@ -29,9 +29,6 @@ constexpr int kMR = 6;      // rows of A per micro-kernel call
 constexpr int kKC = 512;    // k values per block (even)
 constexpr int kNCp = 8;     // panels (of 16 columns) per L2 chunk
 constexpr int64_t kPrefetchBytes = 4096;  // how far ahead the decode path prefetches weights
-// A of one row group when k spans several blocks, kept in the last-level cache (an eighth of a
-// 32 MB L3, as in the VNNI set).
-constexpr int64_t kAGroupBytes = int64_t{4} << 20;
 
 template <DType D>
 inline __m256 load8(const void* base, int64_t i) {
@@ -379,12 +376,11 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   if (m > 0 && m <= stream_rows()) return gemm_small_m(a, m, k, packed_b, n, c, ep);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels;
-  // Past one k block, the rows go in groups whose A (mc x k bytes) stays in the last-level cache
-  // while all of a thread's panel chunks pass (as in the VNNI set): A is read from memory once,
-  // not once per chunk. Each thread sums into a scratch of its current panel chunk (kMR rows
+  // Past one k block, the rows go in groups whose A stays in the last-level cache
+  // (row_group_rows). Each thread sums into a scratch of its current panel chunk (kMR rows
   // when k is one block, else the group's rows), finished (dequantized, or copied to c) as soon
   // as a row slice's last k block is in.
-  const int64_t mc = k > kKC ? std::max<int64_t>(kMR, kAGroupBytes / k / kMR * kMR) : m;
+  const int64_t mc = row_group_rows(m, k, kKC, kMR);
   const int64_t sld = kNCp * PackedLayout::kPanelCols, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
   {

@@ -37,12 +37,6 @@ constexpr int kMR = 12;    // rows of A per micro-kernel call (12 x 2 accumulato
 constexpr int kKC = 2048;  // k values per block (a multiple of 4)
 constexpr int kNCp = 8;    // panels (of 16 columns) per L2 chunk: kNCp * kKC * 16 bytes of B
 constexpr int kQuadBytes = kMR * 4;  // one quad of a packed row block of A
-// Packed A of one row group when k spans several blocks: small enough to stay in the last-level
-// cache while all of a thread's panel chunks pass (an eighth of a 32 MB L3). With all m rows
-// instead, A came from memory once per panel chunk: at 2048 x 16384 x 4096 and 2048 x 49152 x
-// 12288 the blocked path took 1.13-1.21x oneDNN's time, 0.99-1.06x with 4 MiB groups (2 MiB: the
-// same within the noise; 8 MiB: 1.03-1.15x) on a 2-core Zen 5.
-constexpr int64_t kAGroupBytes = int64_t{4} << 20;
 // How far ahead (bytes of one panel) the decode path prefetches the weights: the hardware
 // prefetcher stops at every 4 KiB page, and a panel of the decode path is one long stream.
 constexpr int64_t kPrefetchBytes = 4096;
@@ -307,13 +301,12 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const std::vector<uint8_t> ap = pack_a(a, m, k);
-  // Past one k block, the rows go in groups whose packed A (mc x k bytes) stays in the last-level
-  // cache while every panel chunk sweeps past it: A is read from memory once, not once per chunk.
-  // Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
+  // Past one k block, the rows go in groups whose packed A stays in the last-level cache
+  // (row_group_rows). Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
   // else the group's mc rows), finished as soon as a row slice's last k block is in: dequantized
   // (AVX2 code, shared with that kernel set; the int32 product never goes to memory whole) or,
   // without an epilogue, copied to c. Both paths run the same blocking.
-  const int64_t mc = k > kKC ? std::max<int64_t>(kMR, kAGroupBytes / k / kMR * kMR) : m;
+  const int64_t mc = row_group_rows(m, k, kKC, kMR);
   const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
   {

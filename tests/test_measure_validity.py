@@ -88,11 +88,9 @@ def test_each_sample_keeps_the_faults_its_call_took():
         cell.rows["a"].usage_of("bogus")
 
 
-def test_reused_memory_prefaults_with_one_untimed_call_even_when_warm():
-    """A row whose warm-up is already counted (a runner kept from an earlier round) still makes
-    one untimed call when the block is entered: that call, not the first sample, faults."""
-    m = Machine()
-    e = _engine(
+def _warm_reusing_engine(m: Machine) -> MeasurementEngine:
+    """Memory reused, no eviction, two samples per row whatever their spread."""
+    return _engine(
         m,
         evict=False,
         reuse=True,
@@ -101,6 +99,13 @@ def test_reused_memory_prefaults_with_one_untimed_call_even_when_warm():
         target_rel_spread=-1.0,
         ci_target=-1.0,
     )
+
+
+def test_reused_memory_prefaults_with_one_untimed_call_even_when_warm():
+    """A row whose warm-up is already counted (a runner kept from an earlier round) still makes
+    one untimed call when the block is entered: that call, not the first sample, faults."""
+    m = Machine()
+    e = _warm_reusing_engine(m)
     m.faults_next = [500, 700]  # the first call of each after entering faults
     cell = e.measure_cell(
         {"a": m.call("a", 2.0)},
@@ -117,15 +122,7 @@ def test_a_prefaulted_row_makes_no_untimed_call_when_warm():
     """A kept runner whose pages the heap still holds skips the pre-faulting call; the others
     (here the baseline) still make it."""
     m = Machine()
-    e = _engine(
-        m,
-        evict=False,
-        reuse=True,
-        warmup_s=0.1,
-        max_samples=2,
-        target_rel_spread=-1.0,
-        ci_target=-1.0,
-    )
+    e = _warm_reusing_engine(m)
     cell = e.measure_cell(
         {"a": m.call("a", 2.0)},
         baseline=m.call("base", 4.0),
