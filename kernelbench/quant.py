@@ -615,7 +615,17 @@ def quantize_fp8_rowwise(
     safe = torch.where(amax > 0, amax, 1)
     inv = torch.where(amax > 0, torch.full_like(safe, FP8_E4M3_MAX) / safe, 0)
     scaled = (tc * inv[:, None]).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX)
-    return scaled.to(torch.float8_e4m3fn), amax
+    return _round_e4m3(scaled).to(torch.float8_e4m3fn), amax
+
+
+def _round_e4m3(v: torch.Tensor) -> torch.Tensor:
+    """``v`` (``|v| <= 448``) rounded to the nearest float8 e4m3fn value, ties to even, in
+    ``v``'s dtype, so the conversion after it is exact: torch converts float64 to float8 through
+    float32, and that double rounding moved a value just past a tie onto the tie's even side
+    (1.0625 + 2^-40 became 1.0, not 1.125). 3 mantissa bits; below 2^-6 the step is 2^-9."""
+    _, e = torch.frexp(v)  # |v| = f * 2^e with f in [0.5, 1): the leading bit is 2^(e - 1)
+    quantum = torch.ldexp(torch.ones_like(v), (e - 1).clamp(min=-6) - 3)
+    return torch.round(v / quantum) * quantum  # a power of two: exact; round: half to even
 
 
 def fp8_scale(amax: torch.Tensor) -> torch.Tensor:

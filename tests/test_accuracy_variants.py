@@ -165,6 +165,16 @@ def test_fp8_codes_are_e4m3_values_and_the_row_max_is_448():
     assert torch.equal(q.double()[0], _e4m3(x[0].double() * (448.0 / 5.0)))
 
 
+def test_fp8_codes_of_float64_are_rounded_once():
+    """Just past a tie (1.0625, halfway between 1 and 1.125) a float64 value rounds up; torch's
+    own float64 -> float8 conversion goes through float32, which lands on the tie and rounds to
+    even (1.0). Ties themselves still go to even."""
+    x = torch.tensor([[1.0625 + 2**-40, -1.0625, 1.1875, 448.0]], dtype=torch.float64)
+    q, _ = quant.quantize_fp8_rowwise(x, torch.float64)
+    assert q.double()[0].tolist() == [1.125, -1.0, 1.25, 448.0]
+    assert torch.equal(q.double()[0], _e4m3(x[0]))
+
+
 def test_decomposed_variants_are_exact_on_the_outlier_dims():
     """A layer whose only non-zero activations are outliers is computed in 16-bit: no error."""
     x = torch.zeros(3, 4, dtype=torch.bfloat16)
