@@ -119,3 +119,17 @@ def test_a_tensor_found_finite_is_checked_again_once_it_changes():
     w[1, 2] = float("nan")  # an in-place change bumps the version counter
     with pytest.raises(InputError, match="weight contains 1 NaN/Inf"):
         check_finite(w, "weight")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_single_nan_or_infinity_is_found_in_every_float_dtype(dtype, bad):
+    w = torch.randn(33, 65).to(dtype)
+    check_finite(w, "weight")
+    w[32, 64] = bad
+    with pytest.raises(InputError, match="weight contains 1 NaN/Inf"):
+        check_finite(w, "weight")
+    w[32, 64] = 0.5
+    w[0, 0] = bad
+    with pytest.raises(InputError, match="weight contains 1 NaN/Inf"):
+        check_finite(w, "weight")
