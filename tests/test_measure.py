@@ -403,3 +403,27 @@ def test_heap_cushion_only_inside_a_reuse_block_and_within_available_memory(monk
         assert timing.cushion_heap(1 << 20, available=lambda: 1 << 30) == 1 << 20
         assert timing.cushion_heap(1 << 30, available=lambda: 8 << 20) == 2 << 20
         assert timing.cushion_heap(0) == 0
+
+
+def test_memory_in_use_leaves_out_the_freed_pages_the_heap_keeps():
+    """A kept cell is charged what it holds: the pages its cycles freed stay resident in the
+    heap (for the next block), but belong to no one."""
+    import torch
+
+    from kernelbench.measure import timing
+    from kernelbench.run.prepared import memory_in_use
+
+    if timing.heap_live_bytes() is None:
+        pytest.skip("glibc 2.33+ only")
+    cpu = torch.device("cpu")
+    with timing.freed_memory_reused():
+        before = memory_in_use(cpu)
+        held = torch.empty(64 << 20, dtype=torch.uint8)
+        held.fill_(1)
+        assert memory_in_use(cpu) - before >= 64 << 20
+        freed = torch.empty(128 << 20, dtype=torch.uint8)
+        freed.fill_(1)
+        del freed  # resident still (no trimming in a block), but free
+        grown = memory_in_use(cpu) - before
+        assert 64 << 20 <= grown < 96 << 20
+        del held

@@ -63,7 +63,7 @@ def test_cells_are_kept_within_the_limit_and_large_ones_push_out_smaller_ones():
     assert default_limit_bytes() > 0
 
 
-def test_cells_are_let_go_while_memory_is_short_the_one_about_to_run_last():
+def test_cells_are_let_go_while_memory_is_short_never_the_one_about_to_run():
     cache = PreparedCells(100)
     for key in ("a", "b", "c"):
         cache.offer(key, cell(10))
@@ -79,7 +79,7 @@ def test_cells_are_let_go_while_memory_is_short_the_one_about_to_run_last():
     cache.make_room(20, keep="b", available=lambda: None)  # unknown: nothing to judge by
     assert len(cache) == 1
     cache.make_room(20, keep="b", available=lambda: 0)
-    assert len(cache) == 0  # when nothing else is left, the kept one goes too
+    assert len(cache) == 1  # never the one about to run: its caller holds it anyway
 
 
 def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
@@ -99,6 +99,7 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
     from kernelbench.run import cell as harness
 
     draws = _recorded_calls(monkeypatch, harness, "layer_inputs")
+    room = _recorded_calls(monkeypatch, PreparedCells, "make_room")
     first, later = plan(case, opts)
     for limit, built_again in ((1 << 40, 0), (0, 5)):
         cache, estimator = PreparedCells(limit), CallEstimator()
@@ -107,10 +108,13 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
         builds.clear()
         first_calls.clear()
         draws.clear()
+        room.clear()
         rows = list(measure_cell(later, case, opts, estimator, prepared=cache))
         # a kept runner has had its first call; a rebuilt one (milliseconds long) gets one;
-        # a kept cell draws no inputs
+        # a kept cell draws no inputs, and makes no room (custom fp16, skipped, has no runner)
         assert len(builds) == len(first_calls) == built_again
+        working_set = harness.WORKING_SET_PER_WEIGHT_BYTE * 768 * 3072 * 2
+        assert [c[1] for c in room].count(working_set) == (1 if built_again else 0)
         assert len(draws) == (1 if built_again else 0)
         draws.clear()
         first_calls.clear()

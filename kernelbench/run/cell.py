@@ -51,7 +51,7 @@ from kernelbench.run.prepared import (
     PreparedCell,
     PreparedCells,
     PreparedLayer,
-    resident_bytes,
+    memory_in_use,
 )
 from kernelbench.statistics import median_interval, stats
 
@@ -196,7 +196,7 @@ def _measure_plan(
     row's runner, time them in cycles around the baseline, and fill the plan's rows in place."""
     item, device, dtype = plan.item, plan.device, plan.dtype
     m, k, n, flops = plan.m, plan.k, plan.n, plan.flops
-    todo = [(r.backend, r.method) for r in plan.rows]
+    todo = [(r.backend, r.method) for r in plan.rows if r.status != "skipped"]
     layer_key = (item.size.d_model, item.layer, item.dist)
     cell_key = (layer_key, m)
     kept = prepared.get(cell_key) if prepared is not None else None
@@ -205,7 +205,7 @@ def _measure_plan(
         prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer, cache=opts.cache)
-    in_use = resident_bytes(device)
+    in_use = memory_in_use(device)
     layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
 
     def layer() -> PreparedLayer:
@@ -270,7 +270,7 @@ def _measure_plan(
     del ready, measured, check
     layers.clear()
     if prepared is not None:
-        now = resident_bytes(device)
+        now = memory_in_use(device)
         grown = now - in_use if now is not None and in_use is not None else 0
         # at least what it declares (the allocator may have reused memory freed before),
         # unless its weights were prepared by an earlier cell of its layer (charged there)

@@ -24,6 +24,7 @@ from kernelbench.backends.base import Runner, SharedWeights
 from kernelbench.measure.timing import (
     available_after_release,
     available_bytes,
+    heap_live_bytes,
     release_free_memory,
 )
 from kernelbench.run.cases import CellInputs, LayerInputs
@@ -40,11 +41,17 @@ def default_limit_bytes() -> int:
         return 0
 
 
-def resident_bytes(device: torch.device) -> int | None:
-    """Memory in use now: CUDA allocations on CUDA, the process's resident set on the CPU
-    (``None`` where the platform does not say)."""
+def memory_in_use(device: torch.device) -> int | None:
+    """Memory in use now: CUDA allocations on CUDA; on the CPU what the heap has handed out
+    (:func:`~kernelbench.measure.timing.heap_live_bytes`), else the process's resident set
+    (which also counts the freed pages the heap keeps for the next timed block: a kept cell
+    measured that way grew by whatever its cycles left free). ``None`` where the platform does
+    not say."""
     if device.type == "cuda":
         return int(torch.cuda.memory_allocated(device))
+    live = heap_live_bytes()
+    if live is not None:
+        return live
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -120,15 +127,17 @@ class PreparedCells:
         available=available_bytes,
         release=release_free_memory,
     ) -> None:
-        """Let kept cells go (least recently used first, ``keep`` last) while the system has
-        less than ``needed_bytes`` free (after giving back the heap's free pages): a cell about
-        to be built must never run out of memory because of what an earlier one left here."""
-        if not self._cells:
+        """Let kept cells go (least recently used first) while the system has less than
+        ``needed_bytes`` free (after giving back the heap's free pages): a cell about to be
+        built must never run out of memory because of what an earlier one left here. Never
+        ``keep``, the cell about to be measured: its caller holds it, so letting it go would
+        free nothing and only cost its next round the building."""
+        others = [k for k in self._cells if k != keep]
+        if not others:
             return
         free = available_after_release(needed_bytes, available, release)
-        while self._cells and free is not None and free < needed_bytes:
-            others = [k for k in self._cells if k != keep]
-            victim = others[0] if others else next(iter(self._cells))
+        while others and free is not None and free < needed_bytes:
+            victim = others.pop(0)
             del self._cells[victim]
             gc.collect()
             free = available()
