@@ -6,8 +6,9 @@ that takes about ten seconds per runner, two minutes per cell and round: more th
 itself. A cell's inputs and weights are the same in every round (same seed), so a later round
 that finds the cell kept skips the building and only times. Nothing measured is kept: rows,
 samples and accuracy are each round's own. What is kept is bounded by ``limit_bytes`` (the
-resident memory the cell's inputs and runners added when built); a cell that does not fit is
-built again in its next round, as if there were no cache.
+memory the cell's inputs and runners hold: what the heap handed out while they were built and
+did not get back); a cell that does not fit is built again in its next round, as if there were
+no cache.
 """
 
 from __future__ import annotations
