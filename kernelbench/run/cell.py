@@ -232,7 +232,9 @@ def _measure_plan(
         row.seed, row.planted_outlier_cols = inputs.seed, inputs.planted_outliers
         if row.status == "skipped":
             continue
-        if any(p.key != BASELINE for p in ready) and _memory_short(reserve, prepared, cell_key):
+        to_build = (backend_name, method) not in kept.runners  # a kept runner needs no room
+        others_ready = any(p.key != BASELINE for p in ready)
+        if to_build and others_ready and _memory_short(reserve, prepared, cell_key):
             # the cell's runners do not all fit: time those built so far, free them, go on
             _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
             measured += [p for p in ready if p.key != BASELINE]
