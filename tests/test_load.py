@@ -155,3 +155,62 @@ def test_a_peak_tolerates_more_stolen_time_than_a_run_header():
     assert not load_between(*some, cores=2, steal_share=peak.PEAK_STEAL_SHARE).busy
     much = (LoadSample(0, 0, 10, 0, 1), LoadSample(10, 0, 11, 5.0, 2))
     assert load_between(*much, cores=2, steal_share=peak.PEAK_STEAL_SHARE).busy
+
+
+def _readings(steps: list[tuple[float, float]]):
+    """A reader of (seconds since the last reading, other processes' cores meanwhile)."""
+    at, busy = [0.0], [100.0]
+    seq = iter([(0.0, 0.0), *steps])
+
+    def read() -> LoadSample:
+        dt, cores = next(seq)
+        at[0] += dt
+        busy[0] += dt * cores
+        return LoadSample(at[0], 1.0, busy[0], 0.0, 0.0)
+
+    return read
+
+
+def test_a_run_busy_for_part_of_its_time_is_busy_though_its_average_is_not():
+    quiet = load.LoadWatch(_readings([(60.0, 0.0)] * 10))
+    for _ in range(9):
+        quiet.mark()
+    summary = quiet.summary()
+    assert not summary["busy"] and summary["busy_share"] == 0.0 and summary["seconds"] == 600.0
+    # 4 of 20 minutes with a neighbour on one core: 0.2 cores on average, under the 0.25 bar
+    steps = [(60.0, 0.0)] * 8 + [(60.0, 1.0)] * 4 + [(60.0, 0.0)] * 8
+    partly = load.LoadWatch(_readings(steps))
+    for _ in range(19):
+        partly.mark()
+    summary = partly.summary()
+    assert summary["other_cores"] == pytest.approx(0.2) and summary["busy"]
+    assert summary["busy_share"] == pytest.approx(0.2)
+    assert "busy for 20% of the run" in summary["why"]
+    assert "other processes used 1.00 cores" in summary["why"]
+    # readings closer than MIN_INTERVAL_S are pooled: one busy second alone is not judged
+    short = load.LoadWatch(_readings([(0.5, 2.0), (0.5, 0.0), (60.0, 0.0)]))
+    short.mark()
+    short.mark()
+    assert short.busy_s == 0.0 and short.last.at_s == 0.0
+
+
+def test_a_run_beside_a_busy_machine_says_so_and_records_it(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+
+    monkeypatch.setattr(load, "read_load", _readings([(10.0, 2.0)] * 10_000))
+    out = tmp_path / "run"
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch,custom"]
+    args += ["--methods", "fp16,llm_int8", "--out", str(out), "--budget", "0.02"]
+    args += ["--rounds", "1", "--extra-rounds", "0", "--no-report"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "The machine was busy while this run ran: other processes used" in said
+    recorded = json.loads((out / "env.json").read_text())["load"]
+    assert recorded["busy"] and recorded["other_cores"] > 1.5
+    shown = CliRunner().invoke(app, ["show", str(out)])
+    assert "The machine was busy" in " ".join(shown.output.split())

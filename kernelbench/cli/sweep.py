@@ -295,6 +295,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     progress; ^C ends with a one-line summary and exit 130."""
     from kernelbench.cli.progress import CostModel, sweep_progress
     from kernelbench.results.schema import read_rows
+    from kernelbench.run.load import LoadWatch
     from kernelbench.run.plan import followup_items, max_call_s
 
     console.print(
@@ -304,10 +305,12 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     )
     cost = CostModel(req.profile.budget_s, lambda pair: max_call_s(pair, req.profile.max_call_s))
     count = [0]
+    # other processes' CPU is read as all of it less ours: Ray's workers would count as others
+    watch = LoadWatch() if req.executor == "local" else None
     try:
         with sweep_progress(console) as progress:
             task = progress.add_task("starting", total=None, rows=0)
-            _measure(prep, prep.items, writer, done, cost, progress, task, count)
+            _measure(prep, prep.items, writer, done, cost, progress, task, count, watch)
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
                 more = followup_items(
@@ -320,7 +323,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                 )
                 if not more:
                     break
-                _measure(prep, more, writer, done, cost, progress, task, count)
+                _measure(prep, more, writer, done, cost, progress, task, count, watch)
     except KeyboardInterrupt:
         kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
         typer.echo(
@@ -331,9 +334,27 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except ValueError as exc:  # an executor that cannot start (no GPU on the cluster...)
         raise fail(str(exc)) from None
+    finally:
+        if watch is not None:
+            _record_load(req.out, watch.summary())
 
 
-def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: list) -> None:
+def _record_load(out: Path, load: dict) -> None:
+    """The load the run ran under, into its env.json (also when interrupted); said when busy."""
+    from kernelbench.results.schema import ENV_FILE
+    from kernelbench.results.view import busy_note
+
+    path = out / ENV_FILE
+    env = json.loads(path.read_text(encoding="utf-8"))
+    env["load"] = load
+    path.write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+    if load.get("busy"):
+        console.print(f"[yellow]{escape(busy_note(load))}[/yellow]")
+
+
+def _measure(
+    prep: _Prepared, items, writer, done, cost, progress, task, count: list, watch=None
+) -> None:
     """Run ``items`` through the executor, writing each row; the bar advances by each row's
     estimated cost and names the row timed next."""
     remaining = _planned_rows(prep, items, done)
@@ -342,6 +363,8 @@ def _measure(prep: _Prepared, items, writer, done, cost, progress, task, count: 
     for item, row in prep.runner.run(items, prep.case, prep.opts, done):
         writer.append(row)
         count[0] += 1
+        if watch is not None:
+            watch.mark()
         pair = (row.backend, row.method)
         flops, runs = remaining.pop((item, pair), (0.0, False))
         cost.record(pair, float(row.flops or 0.0), row.tokens, row.d_model, row.median_ms)

@@ -67,9 +67,10 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
 
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
     """:func:`pooled_rows` as a DataFrame; ``attrs["ci_target"]`` is the run's interval
-    target."""
+    target, ``attrs["load"]`` the load it ran under (env.json's, when recorded)."""
     df = pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
     df.attrs["ci_target"] = ci_target(env)
+    df.attrs["load"] = env.get("load")
     return df
 
 
@@ -248,10 +249,26 @@ def _speedup_with_interval(row) -> str:
     return text
 
 
+def busy_note(load: dict) -> str:
+    """What a run measured on a busy machine says first."""
+    cores = [
+        f"{name} {load[key]:.2f} cores"
+        for key, name in (("other_cores", "other processes"), ("steal_cores", "stolen"))
+        if load.get(key) is not None
+    ]
+    average = f" (on average over {load.get('seconds', 0) / 60:.0f} min: {', '.join(cores)})"
+    return (
+        f"The machine was busy while this run ran: {load.get('why') or 'busy'}"
+        + (average if cores else "")
+        + "; its times are of what was left of it."
+    )
+
+
 def headline(df: pd.DataFrame) -> list[str]:
     """The run in two lines: the fastest backend/method over the 16-bit baseline at the
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
-    interval), then the run's precision (:func:`precision_line`)."""
+    interval), then the run's precision (:func:`precision_line`); a third when the machine was
+    busy while it ran (:func:`busy_note`)."""
     cell = headline_cell(df)
     if cell is None:
         return ["No row was measured."]
@@ -274,4 +291,6 @@ def headline(df: pd.DataFrame) -> list[str]:
     )
     target = df.attrs.get("ci_target") or default("ci_target")
     precision = precision_line(df, target)
-    return [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
+    lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
+    load = df.attrs.get("load")
+    return [*lines, busy_note(load)] if isinstance(load, dict) and load.get("busy") else lines

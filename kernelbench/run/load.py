@@ -4,7 +4,9 @@ A peak measured while another process ran is a peak of what was left (a 16-bit p
 TOPS cached under load, 0.826 quiet, then flagged every later run's rows ``suspect``). The
 figures here are read from ``/proc/loadavg`` and ``/proc/stat`` (a directory given for tests):
 the 1-minute load average, the CPU time of every other process (all non-idle time less this
-process's own) and the time the hypervisor stole, each as cores over an interval.
+process's own) and the time the hypervisor stole, each as cores over an interval. A peak is
+measured only when quiet (:func:`quiet_check`); a run records the load it ran under
+(:class:`LoadWatch`) and says when it was busy.
 """
 
 from __future__ import annotations
@@ -104,3 +106,50 @@ def quiet_check(
     before = read_load(proc, clock)
     sleep(seconds)
     return load_between(before, read_load(proc, clock), steal_share=steal_share)
+
+
+#: A run busy for more than this share of its time is busy, even when its whole average is not
+#: (a neighbour busy for minutes of a half-hour run).
+BUSY_TIME_SHARE = 0.1
+#: Readings closer than this are pooled with the next: /proc/stat counts in 10 ms ticks.
+MIN_INTERVAL_S = 2.0
+
+
+class LoadWatch:
+    """The machine's load over a run, read between its rows: the whole run's load and the
+    share of its time spent in intervals that were busy on their own."""
+
+    def __init__(self, read: Callable[[], LoadSample] | None = None) -> None:
+        self._read = read if read is not None else read_load
+        self.start = self.last = self._read()
+        self.busy_s = 0.0
+        self.busiest: Load | None = None
+
+    def mark(self) -> None:
+        """Read the load now; the interval since the last reading counts once it is long
+        enough to judge."""
+        now = self._read()
+        if now.at_s - self.last.at_s < MIN_INTERVAL_S:
+            return
+        part = load_between(self.last, now)
+        self.last = now
+        if part.busy:
+            self.busy_s += part.seconds
+            if self.busiest is None or _weight(part) > _weight(self.busiest):
+                self.busiest = part
+
+    def summary(self) -> dict:
+        """env.json's ``load``: the whole run's :class:`Load`, the share of its time in busy
+        intervals, and whether the run was busy (with why)."""
+        self.mark()
+        whole = load_between(self.start, self.last)
+        share = min(1.0, self.busy_s / whole.seconds) if whole.seconds > 0 else 0.0
+        busy, why = whole.busy, whole.why
+        if not busy and share > BUSY_TIME_SHARE and self.busiest is not None:
+            busy = True
+            why = f"busy for {share:.0%} of the run (at worst {self.busiest.why})"
+        return {**whole.as_dict(), "busy": busy, "why": why, "busy_share": share}
+
+
+def _weight(load: Load) -> float:
+    return (load.other_cores or 0.0) + (load.steal_cores or 0.0)
