@@ -376,7 +376,6 @@ def accuracy(
     """The error study alone (no timing): every Table 1 int8 variant, SmoothQuant, int8
     weight-only and fp8 x size x seed, against float64, next to the 16-bit baseline."""
     import dataclasses
-    import json
     import sys
 
     import torch
@@ -427,7 +426,7 @@ def accuracy(
          "accuracy": {k: str(v) if k in ("dtype", "cfg") else v for k, v in settings.items()}},
     )  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    (out / res.ENV_FILE).write_text(json.dumps(env, indent=2, default=str))
+    res.write_env(out, env)
     writer = res.ResultsWriter(out)
     rows: list = []
 

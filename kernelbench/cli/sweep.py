@@ -8,7 +8,6 @@ Nothing reaches ``--out`` before every input has been checked; each problem ends
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -227,7 +226,7 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
 def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) -> None:
     from dataclasses import asdict
 
-    from kernelbench.results.schema import ENV_FILE, SETTINGS_KEY
+    from kernelbench.results.schema import SETTINGS_KEY, write_env
 
     env = dict(prep.env)
     opts = prep.opts
@@ -268,7 +267,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         except PeakRefused as exc:  # the run goes on without rooflines
             console.print(f"[yellow]{escape(str(exc))}; no rooflines in this run[/yellow]")
     prep.env.update(env)
-    (req.out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+    write_env(req.out, env)
 
 
 def _cache_env(mode: str, device: str) -> dict:
@@ -341,13 +340,12 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
 
 def _record_load(out: Path, load: dict) -> None:
     """The load the run ran under, into its env.json (also when interrupted); said when busy."""
-    from kernelbench.results.schema import ENV_FILE
+    from kernelbench.results.schema import load_env, write_env
     from kernelbench.results.view import busy_note
 
-    path = out / ENV_FILE
-    env = json.loads(path.read_text(encoding="utf-8"))
+    env = load_env(out)
     env["load"] = load
-    path.write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+    write_env(out, env)
     if load.get("busy"):
         console.print(f"[yellow]{escape(busy_note(load))}[/yellow]")
 

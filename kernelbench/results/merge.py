@@ -25,14 +25,12 @@ round's row (skipped or failed, with the reason). Nothing is written to the inpu
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import fields
 from pathlib import Path
 
 from kernelbench.core import BASELINE, work_flops
 from kernelbench.results.schema import (
-    ENV_FILE,
     KEY_COLUMNS,
     USAGE_FIELDS,
     ResultRow,
@@ -41,6 +39,7 @@ from kernelbench.results.schema import (
     load_env,
     read_rows,
     results_path,
+    write_env,
 )
 from kernelbench.statistics import (
     round_weights,
@@ -198,5 +197,5 @@ def write_merged(paths: list[Path], out: Path) -> list[ResultRow]:
     writer.path.unlink(missing_ok=True)
     for row in rows:
         writer.append(row)
-    (out / ENV_FILE).write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+    write_env(out, env)
     return rows

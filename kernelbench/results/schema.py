@@ -335,6 +335,12 @@ def load_env(run_dir: str | Path) -> dict:
 # --- writing ---------------------------------------------------------------------------------
 
 
+def write_env(run_dir: str | Path, env: dict) -> None:
+    """Write a run's ``env.json`` (indented; values JSON cannot hold as their text)."""
+    path = Path(run_dir) / ENV_FILE
+    path.write_text(json.dumps(env, indent=2, default=str), encoding="utf-8")
+
+
 def _retry_on_resume(row: dict) -> bool:
     """Failed rows and rows skipped for this run's limits (over budget, not run) are measured
     again by ``--resume``; ok rows and rows that cannot run here are kept."""
