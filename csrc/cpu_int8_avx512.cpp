@@ -238,8 +238,8 @@ std::vector<uint8_t> pack_a(const int8_t* a, int64_t m, int64_t k) {
 // a panel pair is read over the whole k at once, its sums in registers throughout; with more,
 // kKC k values at a time, which the first row slice pulls from memory and the others read from
 // cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
-// halved the throughput), the second prefetching the block read next meanwhile. The same exact integers as the blocked path. Against the (prefetching)
-// blocked path on one Zen 5 core, CPU time: 0.93-0.94x the time at m = 1-8 with 12288 x 49152
+// halved the throughput), the second prefetching the block read next meanwhile. The same exact
+// integers as the blocked path. Against the (prefetching) blocked path on one Zen 5 core, CPU time: 0.93-0.94x the time at m = 1-8 with 12288 x 49152
 // weights, 0.98-0.99 with 4096 x 16384, 0.97-1.02 at m = 16-48 (so the crossover is flat there
 // and stream_rows stays at the AVX2 set's 32).
 void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
@@ -302,10 +302,10 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const std::vector<uint8_t> ap = pack_a(a, m, k);
   // Past one k block, the rows go in groups whose packed A stays in the last-level cache
-  // (row_group_rows). Each thread sums into a scratch of its current panel chunk (kMR rows when k is one block,
-  // else the group's mc rows), finished as soon as a row slice's last k block is in: dequantized
-  // (AVX2 code, shared with that kernel set; the int32 product never goes to memory whole) or,
-  // without an epilogue, copied to c. Both paths run the same blocking.
+  // (row_group_rows). Each thread sums into a scratch of its current panel chunk (kMR rows when
+  // k is one block, else the group's mc rows), finished as soon as a row slice's last k block is
+  // in: dequantized (AVX2 code, shared with that kernel set; the int32 product never goes to
+  // memory whole) or, without an epilogue, copied to c. Both paths run the same blocking.
   const int64_t mc = row_group_rows(m, k, kKC, kMR);
   const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
