@@ -232,16 +232,15 @@ def _measure_plan(
         row.seed, row.planted_outlier_cols = inputs.seed, inputs.planted_outliers
         if row.status == "skipped":
             continue
-        to_build = (backend_name, method) not in kept.runners  # a kept runner needs no room
+        built = kept.runners.get((backend_name, method))  # a kept runner needs no room
         others_ready = any(p.key != BASELINE for p in ready)
-        if to_build and others_ready and _memory_short(reserve, prepared, cell_key):
+        if built is None and others_ready and _memory_short(reserve, prepared, cell_key):
             # the cell's runners do not all fit: time those built so far, free them, go on
             _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
             measured += [p for p in ready if p.key != BASELINE]
             ready = [p for p in ready if p.key == BASELINE]
             prepared = None  # a cell that does not fit in memory is not kept
         try:
-            built = kept.runners.get((backend_name, method))
             warm_s = _warm_enough(item, (backend_name, method), flops, estimator, built, opts)
             setup = (opts, engine, check, kept_rows, device)
             backend = all_backends()[backend_name]
