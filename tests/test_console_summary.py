@@ -157,3 +157,40 @@ def test_legend_names_a_mark_only_where_a_table_prints_it(tmp_path, row_factory)
     assert "?" not in hidden
     shown = printed(_two_token_run(tmp_path / "b", row_factory, "llm_int8"))
     assert "1.00 ?" in shown and "? one pair only" in shown
+
+
+def test_decode_shares_of_the_roofline_at_the_peak_and_at_the_bus(tmp_path, row_factory):
+    """A run at two token counts prints each llm_int8 row's share of its roofline by tokens:
+    at the measured peak bandwidth, and (b) at the bandwidth the bus gave before each call."""
+    from kernelbench.core import work_bytes
+    from kernelbench.results.schema import write_env
+
+    k, n = 768, 3072
+    writer = ResultsWriter(tmp_path)
+    for tokens in (1, 2048):
+        ms = work_bytes("llm_int8", 1, k, n) / 40e9 * 1e3 if tokens == 1 else 1.0
+        writer.append(row_factory("fp16", "torch", tokens=tokens, cache="cold"))
+        writer.append(
+            row_factory(
+                "llm_int8",
+                "custom",
+                tokens=tokens,
+                cache="cold",
+                median_ms=ms,
+                raw_ms=[ms] * 4,
+                bus_gbps=[50.0] * 4,
+            )
+        )
+    write_env(
+        tmp_path,
+        {
+            "peak": {
+                "int8": {"tops": 100.0, "source": "measured"},
+                "bandwidth": {"gbs": 80.0, "source": "measured"},
+            }
+        },
+    )
+    text = printed(tmp_path)
+    assert "share of its roofline" in text  # the title, wrapped over the narrow table
+    assert "50% b80%" in text  # 40 GB/s: half the 80 GB/s peak, 80% of the 50 GB/s bus
+    assert "b: share of the roofline at the bandwidth the bus gave" in text

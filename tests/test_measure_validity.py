@@ -194,3 +194,48 @@ def test_the_engine_evicts_only_when_asked_on_the_cpu():
     assert MeasurementEngine("cpu", settings, settings).timer.before_call is None
     cold = MeasurementEngine("cpu", settings, settings, cache="cold")
     assert cold.timer.before_call is not None
+
+
+class BusMachine(Machine):
+    """An eviction that reads 64 MB in a time set per call: the bus's bandwidth moves."""
+
+    def __init__(self, evict_ms: list[float]) -> None:
+        super().__init__()
+        self.evict_ms = list(evict_ms)
+
+    def evict(self) -> None:
+        self.log.append("evict")
+        self.now += self.evict_ms.pop(0) / 1e3
+
+
+def test_each_sample_keeps_the_bus_bandwidth_its_eviction_read():
+    # baseline, a, baseline, a, baseline: evictions of 64 MiB in 1, 2, 1, 4, 1 ms
+    m = BusMachine([1.0, 2.0, 1.0, 4.0, 1.0])
+    timer = TimerSettings(warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+    e = MeasurementEngine(
+        "cpu",
+        timer,
+        timer,
+        clock=m.clock,
+        timer=CallTimer(m.clock, before_call=m.evict, usage=m.usage, probe_bytes=64 * 2**20),
+    )
+    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    gb = 64 * 2**20 / 1e9  # what one eviction reads
+    assert cell.rows["a"].bus_gbps == pytest.approx((gb / 2e-3, gb / 4e-3))
+    assert cell.baseline.bus_gbps == pytest.approx((gb / 1e-3,) * 3)
+
+
+def test_no_probe_no_bus_readings():
+    m = Machine()
+    e = _engine(m, evict=True, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    assert cell.rows["a"].bus_gbps == () and cell.baseline.bus_gbps == ()
+    hot = CallTimer(m.clock, before_call=None, probe_bytes=1 << 20)
+    hot(m.call("a", 1.0))
+    assert hot.last_bus_gbps is None and hot.probe_bytes is None
+
+
+def test_a_cold_cpu_timer_reads_the_bus_with_its_eviction():
+    cold = call_timer("cpu", cache="cold")
+    assert cold.probe_bytes == cold.before_call.bytes
+    assert call_timer("cpu", cache="hot").probe_bytes is None

@@ -140,6 +140,42 @@ def test_rooflines_from_measured_peaks():
     assert decode.roofline_tops == pytest.approx(40e9 * decode.flops / decode.bytes / 1e12)
 
 
+def test_a_cold_row_gets_its_share_of_the_roofline_at_the_bus_beside_each_call():
+    peak = {
+        "int8": {"tops": 100.0, "source": "measured"},  # decode: bound by bandwidth only
+        "bandwidth": {"gbs": 80.0, "source": "measured"},
+    }
+    nbytes = work_bytes("int8_raw", 1, K, N)
+    ms_at_40 = nbytes / 40e9 * 1e3  # a call that streams its bytes at 40 GB/s
+    decode = dict(tokens=1, m=1, cache="cold")
+    calls = [ms_at_40, ms_at_40, ms_at_40 * 2]
+    rounds = [
+        row("int8_raw", [1.0] * 2, base_ms=ms_at_40, round_=0, bus_gbps=[40.0, 50.0], **decode),
+        row("int8_raw", [0.5], base_ms=ms_at_40, round_=1, bus_gbps=[25.0], **decode),
+    ]
+    for r, ms in zip(rounds, ([calls[0], calls[1]], [calls[2]]), strict=True):
+        r["raw_ms"] = ms
+    pooled = pool_rows(rounds)
+    (raw,) = pooled
+    assert raw.bus_gbps == [40.0, 50.0, 25.0]  # pooled over the rounds, aligned with raw_ms
+    annotate(pooled, peaks({"peak": peak}, "cpu-test"), 0.05)
+    assert raw.roofline_share == pytest.approx(0.5)  # 40 GB/s of the 80 GB/s peak
+    # per call: 40/40, 40/50, 20/25 of the bus just before it: median 0.8
+    assert raw.bus_roofline_share == pytest.approx(0.8)
+    # a round without readings: the pooled row has none, and no bus share
+    rounds[1]["bus_gbps"] = []
+    (unaligned,) = pool_rows(rounds)
+    annotate([unaligned], peaks({"peak": peak}, "cpu-test"), 0.05)
+    assert unaligned.bus_gbps == [] and unaligned.bus_roofline_share is None
+    # a hot row's readings (none are taken, but a hand-made row) give no bus share
+    rounds[1]["bus_gbps"] = [25.0]
+    for r in rounds:
+        r["cache"] = "hot"
+    (hot,) = pool_rows(rounds)
+    annotate([hot], peaks({"peak": peak}, "cpu-test"), 0.05)
+    assert hot.roofline_share is not None and hot.bus_roofline_share is None
+
+
 def test_wide_intervals_are_flagged_and_get_an_extra_round():
     from kernelbench.run.cases import load_case
     from kernelbench.run.plan import RunOptions, plan

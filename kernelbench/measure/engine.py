@@ -190,6 +190,9 @@ class RowMeasurement:
     throttled: int = 0
     #: what each sample's call saw (aligned with ``row_ms``)
     usage: tuple[CallUsage, ...] = ()
+    #: the memory bus's bandwidth (GB/s) read just before each sample's call, by the cache
+    #: eviction (aligned with ``row_ms``; empty when the timer reads none: hot caches, CUDA)
+    bus_gbps: tuple[float, ...] = ()
     #: the share of CPU time the hypervisor stole while the cell was cycled (``None``: unknown)
     steal_share: float | None = None
 
@@ -226,7 +229,18 @@ class _Sampling:
     row_ms: list[float] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
     usage: list[CallUsage] = field(default_factory=list)
+    bus_gbps: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
+
+    def add(self, ms: float, usage: CallUsage, bus_gbps: float | None) -> None:
+        self.row_ms.append(ms)
+        self.usage.append(usage)
+        if bus_gbps is not None:
+            self.bus_gbps.append(bus_gbps)
+
+    def bus_readings(self) -> tuple[float, ...]:
+        """The bus readings, when there is one for every sample (else none)."""
+        return tuple(self.bus_gbps) if len(self.bus_gbps) == len(self.row_ms) else ()
 
     def samples(self) -> tuple[float, ...]:
         if not self.baseline_ms:
@@ -392,18 +406,17 @@ class MeasurementEngine:
         order = random.Random(seed)
         state = {key: _Sampling(self.settings.rules()) for key in calls}
         active = list(calls)
-        base_samples: list[float] = []
-        base_usage: list[CallUsage] = []
+        base = _Sampling(self.settings.rules())  # the baseline's own samples
         # ``last``: when the previous call ended; the time from there to the next call's start
         # (an output hook's, a failed call's) is a gap the pairing leaves out
         before, last = 0.0, self.clock()
         if baseline is not None:
             before = self._call(_BASELINE_KEY, baseline, hooks)
-            before_usage = self.timer.last_usage
+            before_seen = self.timer.last_usage, self.timer.last_bus_gbps
             last += (before / 1e3) + self.timer.last_prepare_s
         while active:
             order.shuffle(active)
-            timed: list[tuple[Hashable, float, CallUsage]] = []
+            timed: list[tuple[Hashable, float, CallUsage, float | None]] = []
             gaps: list[float] = []
             for key in active:
                 start = self.clock()
@@ -413,13 +426,12 @@ class MeasurementEngine:
                     failed[key] = error_text(exc)
                     continue
                 start += self.timer.last_prepare_s  # the eviction before the call: a gap
-                timed.append((key, ms, self.timer.last_usage))
+                timed.append((key, ms, self.timer.last_usage, self.timer.last_bus_gbps))
                 gaps.append((start - last) * 1e3)
                 last = start + ms / 1e3
             if baseline is None:
-                for key, ms, usage in timed:
-                    state[key].row_ms.append(ms)
-                    state[key].usage.append(usage)
+                for key, ms, usage, bus in timed:
+                    state[key].add(ms, usage, bus)
                     state[key].elapsed_s += ms / 1e3
             else:
                 start = self.clock()
@@ -427,15 +439,13 @@ class MeasurementEngine:
                 start += self.timer.last_prepare_s
                 gaps.append((start - last) * 1e3)
                 last = start + after / 1e3
-                base_samples.append(before)
-                base_usage.append(before_usage)
-                before_usage = self.timer.last_usage
+                base.add(before, *before_seen)
+                before_seen = self.timer.last_usage, self.timer.last_bus_gbps
                 share = (before + after) / 2 / max(len(timed), 1)
-                interp = interpolated_baselines(before, after, [ms for _, ms, _ in timed], gaps)
-                for (key, ms, usage), base in zip(timed, interp, strict=True):
-                    state[key].row_ms.append(ms)
-                    state[key].baseline_ms.append(base)
-                    state[key].usage.append(usage)
+                interp = interpolated_baselines(before, after, [t[1] for t in timed], gaps)
+                for (key, ms, usage, bus), base_ms in zip(timed, interp, strict=True):
+                    state[key].add(ms, usage, bus)
+                    state[key].baseline_ms.append(base_ms)
                     state[key].elapsed_s += (ms + share) / 1e3
                 before = after
             active = [k for k in active if k not in failed and not state[k].done()]
@@ -445,15 +455,18 @@ class MeasurementEngine:
                 tuple(s.baseline_ms),
                 throttled=self.timer.throttled,
                 usage=tuple(s.usage),
+                bus_gbps=s.bus_readings(),
             )
             for key, s in state.items()
             if key not in failed
         }
         if baseline is not None:
-            base_samples.append(before)
-            base_usage.append(before_usage)
+            base.add(before, *before_seen)
             out[_BASELINE_KEY] = RowMeasurement(
-                tuple(base_samples), throttled=self.timer.throttled, usage=tuple(base_usage)
+                tuple(base.row_ms),
+                throttled=self.timer.throttled,
+                usage=tuple(base.usage),
+                bus_gbps=base.bus_readings(),
             )
         return out
 

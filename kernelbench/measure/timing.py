@@ -71,20 +71,31 @@ def process_usage() -> tuple[int, int, int, int]:
 
 class CallTimer:
     """Times one call in milliseconds on the CPU with ``clock``; ``before_call`` (a cache
-    eviction) runs before the clock starts; ``usage`` is read around the call, outside it."""
+    eviction) runs before the clock starts; ``usage`` is read around the call, outside it.
+
+    ``probe_bytes``: how many bytes ``before_call`` reads from memory. Its read rate is then
+    kept as ``last_bus_gbps``, the memory bus's bandwidth just before the call: on a VM whose
+    bus is shared with other guests it moves by 2x over minutes, and a call that streams its
+    weights can only be judged against what the bus gave at that moment. An upper estimate:
+    the eviction re-reads one buffer of twice the last-level cache, and part of it can still
+    hit there (on a 2-core Zen 5, 57-63 GB/s against 45-49 GB/s when rotating over three
+    such buffers), so a share of it understates a call's share of the bus."""
 
     def __init__(
         self,
         clock: Clock = time.perf_counter,
         before_call: Callable[[], None] | None = None,
         usage: Usage = process_usage,
+        probe_bytes: int | None = None,
     ) -> None:
         self.clock = clock
         self.before_call = before_call
         self.usage = usage
+        self.probe_bytes = probe_bytes if before_call is not None else None
         self.throttled = 0  # samples taken below 90% of the first SM clock reading (CUDA)
         self.last_usage = CallUsage()
         self.last_prepare_s = 0.0  # seconds ``before_call`` took before the last timed call
+        self.last_bus_gbps: float | None = None  # before_call's read rate (None: no probe)
 
     def sync(self) -> None:
         """Wait for the device to finish queued work (nothing to wait for on the CPU)."""
@@ -95,11 +106,14 @@ class CallTimer:
     def _prepare(self) -> None:
         if self.before_call is None:
             self.last_prepare_s = 0.0
+            self.last_bus_gbps = None
             return
         t0 = self.clock()
         self.before_call()
         self.sync()
         self.last_prepare_s = self.clock() - t0
+        if self.probe_bytes and self.last_prepare_s > 0:
+            self.last_bus_gbps = self.probe_bytes / self.last_prepare_s / 1e9
 
     def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
         """``fn()``'s result and its time in milliseconds, as :meth:`__call__` times it."""
@@ -157,7 +171,9 @@ class CacheEvictor:
     """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache)
     on all of torch's threads: afterwards the next call finds none of its own data in cache.
     Reading (not writing) leaves no dirty lines for the timed call to write back. On a 2-core
-    VM with a 32 MB L3, one eviction takes a few milliseconds, outside the timed region."""
+    VM with a 32 MB L3, one eviction takes a few milliseconds, outside the timed region. A
+    sequential read of twice the last-level cache misses it throughout, so the eviction's time
+    is also a reading of the memory bus's bandwidth (:class:`CallTimer`'s ``probe_bytes``)."""
 
     def __init__(self, nbytes: int | None = None) -> None:
         self.bytes = int(nbytes or evict_bytes())
@@ -229,7 +245,10 @@ def call_timer(
     cold = cache == "cold"
     if device.type == "cuda":
         return CudaCallTimer(device, cold)
-    return CallTimer(clock, before_call=shared_evictor() if cold else None)
+    if not cold:
+        return CallTimer(clock)
+    evictor = shared_evictor()
+    return CallTimer(clock, before_call=evictor, probe_bytes=evictor.bytes)
 
 
 _EVICTORS: dict[int, CacheEvictor] = {}

@@ -71,12 +71,8 @@ def time_text(row: pd.Series) -> str:
     if ms is None:
         return "-"
     text = f"{ms:.3g} n={int(row.get('samples') or 0)}"
-    share = _num(row.get("roofline_share"))
-    if share is not None:
-        text += f" {share:.0%}"
-    if row.get("cache_resident") is True:
-        text += " [cyan]c[/cyan]"
-    return text
+    share = share_text(row)
+    return text if share == "-" else f"{text} {share}"
 
 
 def error_text(row: pd.Series) -> str:
@@ -132,8 +128,30 @@ def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
 COMPACT_METHODS = ("llm_int8", "int8_raw")
 
 
-def tokens_grid(df: pd.DataFrame, backend: str, method: str, title: str) -> Table:
-    """Speedup (with its interval) of one backend and method: tokens x model size."""
+def share_text(row: pd.Series) -> str:
+    """Share of the row's roofline at the measured peak bandwidth, and (``b``) at the bandwidth
+    the bus gave just before each call, for a cold row that read it."""
+    share = _num(row.get("roofline_share"))
+    if share is None:
+        return "-"
+    text = f"{share:.0%}"
+    bus = _num(row.get("bus_roofline_share"))
+    if bus is not None:
+        text += f" b{bus:.0%}"
+    if row.get("cache_resident") is True:
+        text += " [cyan]c[/cyan]"
+    return text
+
+
+def tokens_grid(
+    df: pd.DataFrame,
+    backend: str,
+    method: str,
+    title: str,
+    fmt: Callable[[pd.Series], str] = speedup_text,
+) -> Table:
+    """Speedup (with its interval; or what ``fmt`` shows) of one backend and method: tokens x
+    model size."""
     sub = df[(df["backend"] == backend) & (df["method"] == method)]
     sizes = sub.drop_duplicates("d_model").sort_values("d_model")[["d_model", "size"]]
     table = Table(title=title, title_justify="left")
@@ -142,7 +160,7 @@ def tokens_grid(df: pd.DataFrame, backend: str, method: str, title: str) -> Tabl
         table.add_column(escape(f"{s['size']}\nd={s['d_model']}"), justify="right")
     for tokens in sorted(sub["tokens"].unique()):
         by_d = {r["d_model"]: r for _, r in sub[sub["tokens"] == tokens].iterrows()}
-        table.add_row(str(tokens), *[_cell(by_d.get(d), speedup_text) for d in sizes["d_model"]])
+        table.add_row(str(tokens), *[_cell(by_d.get(d), fmt) for d in sizes["d_model"]])
     return table
 
 
@@ -187,6 +205,12 @@ def _legend(shown: pd.DataFrame, speedups_only: pd.DataFrame | None = None) -> s
         parts.append(
             "c cache-resident (a hot row whose working set fits in a cache: bounded by compute "
             "only)"
+        )
+    if "bus_roofline_share" in every and every["bus_roofline_share"].notna().any():
+        parts.append(
+            "b: share of the roofline at the bandwidth the bus gave just before each call (the "
+            "cache eviction's read rate, an upper estimate of it: a lower estimate of the "
+            "share), beside the share at the measured peak"
         )
     if (main["method"] == "int8_raw").any():
         parts.append("int8_raw error is against the exact integer product")
@@ -238,6 +262,9 @@ def print_tables(
                     console.print(tokens_grid(of_layer, backend, method, title))
                     pair = (of_layer["backend"] == backend) & (of_layer["method"] == method)
                     by_tokens.append(of_layer[pair])
+                    if of_layer[pair]["roofline_share"].notna().any():
+                        title = escape(f"{backend} {method}: share of its roofline by tokens")
+                        console.print(tokens_grid(of_layer, backend, method, title, share_text))
     if shown:
         extra = pd.concat(by_tokens) if by_tokens else None
         console.print(f"[dim]{escape(_legend(pd.concat(shown), extra))}[/dim]")

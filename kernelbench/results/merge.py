@@ -121,6 +121,8 @@ def _pool(rows: list[dict]) -> ResultRow:
     for name in USAGE_FIELDS:  # kept only when every round has them, aligned with raw_ms
         aligned = all(len(r.get(name) or []) == len(r["raw_ms"]) for r in ok)
         setattr(row, name, [v for r in ok for v in r[name]] if aligned else [])
+    bus_aligned = all(len(r.get("bus_gbps") or []) == len(r["raw_ms"]) for r in ok)
+    row.bus_gbps = [v for r in ok for v in r["bus_gbps"]] if bus_aligned else []
     modes = {str(r.get("cache") or "") for r in ok}
     row.cache = modes.pop() if len(modes) == 1 else "mixed"  # pooled hot and cold: said so
     steals = [r["steal_share"] for r in ok if r.get("steal_share") is not None]

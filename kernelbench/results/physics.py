@@ -18,6 +18,11 @@
   (``env.json``'s ``cache.levels``) reads it from that cache, whose bandwidth is not measured:
   it is bounded by its compute peak only and labelled ``cache_resident``, never flagged for
   beating the memory's bandwidth.
+* Beside the roofline at the peak bandwidth, a cold CPU row gets its share of the roofline at
+  the bandwidth the bus gave just before each of its calls (the cache eviction's read rate, an
+  upper estimate of it): on a VM whose shared bus reads 27-83 GB/s over minutes, that share
+  says whether a streaming kernel is near the bus's limit, which the share of the best-ever
+  peak cannot.
 * Width: a speedup whose 95% interval is wider than ``ci_target`` (half-width, relative) is
   ``ci_wide``: shown, but flagged, so nobody reads a noisy ratio as a finding.
 """
@@ -25,6 +30,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable
 
 from kernelbench.core import (
@@ -141,6 +147,25 @@ def resident_level(row: ResultRow, levels: dict[str, int]) -> str | None:
     return min(fitting)[1] if fitting else None
 
 
+def bus_roofline_share(row: ResultRow, peak_ops: float) -> float | None:
+    """Median over a cold row's calls of its throughput over the roofline at the bandwidth the
+    bus gave just before that call (``bus_gbps``, the eviction's read rate), instead of the
+    measured peak bandwidth. ``None`` without a reading for every call (hot rows, CUDA, older
+    runs). Informative, never a flag: the eviction's read rate is an upper estimate of the
+    bus's bandwidth then (part of its buffer may hit the last-level cache), so this share is a
+    lower estimate, and it is no bound either (a GEMV streamed up to 1.07x faster than the
+    eviction's rate, measured outside the harness, on a 2-core Zen 5)."""
+    readings, times = row.bus_gbps, row.raw_ms
+    if row.cache != "cold" or not row.flops or not readings or len(readings) != len(times):
+        return None
+    shares = sorted(
+        row.flops / (ms / 1e3) / roofline_ops(row.flops, row.bytes or 0.0, peak_ops, gbps * 1e9)
+        for ms, gbps in zip(times, readings, strict=True)
+        if ms > 0 and gbps > 0
+    )
+    return statistics.median(shares) if shares else None
+
+
 def check_roofline(
     rows: Iterable[ResultRow], peak: dict[str, dict], levels: dict[str, int] | None = None
 ) -> None:
@@ -159,6 +184,7 @@ def check_roofline(
         roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
         row.roofline_tops = roof / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
+        row.bus_roofline_share = bus_roofline_share(row, compute * 1e12)
         interval = median_interval(row.raw_ms)
         slow_ms = interval[1] if interval else row.median_ms
         best_case = row.flops / (slow_ms / 1e3)

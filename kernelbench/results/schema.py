@@ -78,6 +78,9 @@ class ResultRow:
     major_faults: list[int] = field(default_factory=list)
     vol_switches: list[int] = field(default_factory=list)
     invol_switches: list[int] = field(default_factory=list)
+    # the memory bus's read bandwidth (GB/s) just before each timed call, aligned with raw_ms:
+    # the cold-cache eviction's read rate, an upper estimate (empty for hot rows and on CUDA)
+    bus_gbps: list[float] = field(default_factory=list)
     steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
     # speed relative to the same run's baselines on the same inputs
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)
@@ -101,6 +104,9 @@ class ResultRow:
     # written
     roofline_tops: float | None = None  # attainable throughput: compute peak or bandwidth bound
     roofline_share: float | None = None  # tops / roofline_tops
+    # the same share with, for each call, the bandwidth the bus gave just before it (bus_gbps)
+    # instead of the measured peak: the median over the calls (a cold CPU row only)
+    bus_roofline_share: float | None = None
     cache_resident: bool = False  # a hot row whose working set fits in a cache level
     ci_wide: bool = False  # the speedup's interval is wider than the run's ci_target
     suspect: bool = False  # breaks physics beyond its interval (ordering, above roofline)

@@ -118,6 +118,7 @@ def block_rows(rows: list[ResultRow]) -> list[ResultRow]:
         row.reason = "sum of layers " + ", ".join(r.layer for r in group)
         row.rel_error = max((r.rel_error for r in group if r.rel_error is not None), default=None)
         row.iqr_ms = row.rel_spread = row.roofline_tops = row.roofline_share = None
+        row.bus_roofline_share, row.bus_gbps = None, []
         row.stages_ms, row.paper_speedup = {}, None
         speedups = [r.speedup for r in group]
         if all(s is not None for s in speedups):

@@ -595,10 +595,13 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
 
 
 def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
-    """Per sample, the faults and context switches its call took; the cell's steal share."""
+    """Per sample, the faults and context switches its call took and the bus bandwidth read
+    before it; the cell's steal share."""
     if len(meas.usage) == len(meas.row_ms):
         for name in USAGE_FIELDS:
             setattr(row, name, meas.usage_of(name))
+    if len(meas.bus_gbps) == len(meas.row_ms):
+        row.bus_gbps = [round(v, 2) for v in meas.bus_gbps]
     row.steal_share = meas.steal_share
 
 
