@@ -817,3 +817,26 @@ def test_a_backend_with_only_the_baseline_gets_no_empty_panel(tmp_path):
     texts = _svg_texts(html)
     assert "backend custom" in texts and "backend torch" not in texts
     assert "Error vs model dimension" in html
+
+
+def test_a_cold_decode_row_shows_its_share_at_the_bus_beside_the_share_at_the_peak(tmp_path):
+    from kernelbench.core import work_bytes
+    from kernelbench.report.tables import tops_grids
+    from kernelbench.results.schema import write_env
+    from kernelbench.results.view import load_view
+
+    ms = work_bytes("llm_int8", 1, 768, 3072) / 40e9 * 1e3  # 40 GB/s of weights
+    writer = ResultsWriter(tmp_path)
+    writer.append(make_row("fp16", "torch", tokens=1, cache="cold"))
+    read = dict(median_ms=ms, raw_ms=[ms] * 3, bus_gbps=[50.0] * 3)
+    writer.append(make_row("llm_int8", "custom", tokens=1, cache="cold", **read))
+    peak = {
+        "int8": {"tops": 100.0, "source": "measured"},
+        "bandwidth": {"gbs": 80.0, "source": "measured"},
+    }
+    write_env(tmp_path, {"peak": peak})
+    view = load_view(tmp_path)
+    (grid,) = [g for g in tops_grids(view[view["status"] == "ok"], peak) if "custom" in g.title]
+    notes = [c.note for r in grid.rows for c in r.cells if c.note]
+    assert notes == ["50% of roofline (80% at the bus)"]
+    assert "at the bus" in grid.caption

@@ -76,10 +76,11 @@ class CallTimer:
     ``probe_bytes``: how many bytes ``before_call`` reads from memory. Its read rate is then
     kept as ``last_bus_gbps``, the memory bus's bandwidth just before the call: on a VM whose
     bus is shared with other guests it moves by 2x over minutes, and a call that streams its
-    weights can only be judged against what the bus gave at that moment. An upper estimate:
-    the eviction re-reads one buffer of twice the last-level cache, and part of it can still
-    hit there (on a 2-core Zen 5, 57-63 GB/s against 45-49 GB/s when rotating over three
-    such buffers), so a share of it understates a call's share of the bus."""
+    weights can only be judged against what the bus gave at that moment. A reading, not a
+    bound: the eviction re-reads one buffer of twice the last-level cache and part of it can
+    still hit there (on a 2-core Zen 5, 57-63 GB/s against 45-49 GB/s rotating over three such
+    buffers), while a long stream can read faster than this 1-ms sum (a one-token GEMV over
+    604 MB of weights: 1.03-1.10x its rate)."""
 
     def __init__(
         self,

@@ -209,8 +209,8 @@ def _legend(shown: pd.DataFrame, speedups_only: pd.DataFrame | None = None) -> s
     if "bus_roofline_share" in every and every["bus_roofline_share"].notna().any():
         parts.append(
             "b: share of the roofline at the bandwidth the bus gave just before each call (the "
-            "cache eviction's read rate, an upper estimate of it: a lower estimate of the "
-            "share), beside the share at the measured peak"
+            "cache eviction's read rate: a reading, not a bound; it can pass 100%), beside the "
+            "share at the measured peak"
         )
     if (main["method"] == "int8_raw").any():
         parts.append("int8_raw error is against the exact integer product")

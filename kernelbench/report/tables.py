@@ -207,14 +207,15 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
             return None
         tops = _pivot(df, "tops")
         roof = _pivot(df, "roofline_share") if df["roofline_share"].notna().any() else None
+        bus = _pivot(df, "bus_roofline_share") if _known(df, "bus_roofline_share") else None
 
         def cell(method: str, d: int) -> Cell:
             value, share = _get(tops, method, d), _get(roof, method, d)
-            return Cell(
-                text=fmt(value, 3),
-                note=f"{100 * share:.0f}% of roofline" if share is not None else "",
-                attrs=_cell_attrs(backend, method, d, value),
-            )
+            note = f"{100 * share:.0f}% of roofline" if share is not None else ""
+            at_bus = _get(bus, method, d)
+            if note and at_bus is not None:
+                note += f" ({100 * at_bus:.0f}% at the bus)"
+            return Cell(text=fmt(value, 3), note=note, attrs=_cell_attrs(backend, method, d, value))
 
         return cell
 
@@ -229,7 +230,16 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
         "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
         "intensity when lower)"
     )
+    if _known(ok, "bus_roofline_share"):
+        caption += (
+            "; 'at the bus': the same share with, for each call, the bandwidth the bus gave just "
+            "before it (the cache eviction's read rate: a reading, not a bound; it can pass 100%)"
+        )
     return _backend_grids(ok, "tops", caption, cells, sub)
+
+
+def _known(df: pd.DataFrame, column: str) -> bool:
+    return column in df and bool(df[column].notna().any())
 
 
 def error_grids(ok: pd.DataFrame) -> list[Grid]:

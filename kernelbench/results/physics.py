@@ -19,8 +19,8 @@
   it is bounded by its compute peak only and labelled ``cache_resident``, never flagged for
   beating the memory's bandwidth.
 * Beside the roofline at the peak bandwidth, a cold CPU row gets its share of the roofline at
-  the bandwidth the bus gave just before each of its calls (the cache eviction's read rate, an
-  upper estimate of it): on a VM whose shared bus reads 27-83 GB/s over minutes, that share
+  the bandwidth the bus gave just before each of its calls (the cache eviction's read rate: a
+  reading, not a bound): on a VM whose shared bus reads 27-83 GB/s over minutes, that share
   says whether a streaming kernel is near the bus's limit, which the share of the best-ever
   peak cannot.
 * Width: a speedup whose 95% interval is wider than ``ci_target`` (half-width, relative) is
@@ -151,10 +151,9 @@ def bus_roofline_share(row: ResultRow, peak_ops: float) -> float | None:
     """Median over a cold row's calls of its throughput over the roofline at the bandwidth the
     bus gave just before that call (``bus_gbps``, the eviction's read rate), instead of the
     measured peak bandwidth. ``None`` without a reading for every call (hot rows, CUDA, older
-    runs). Informative, never a flag: the eviction's read rate is an upper estimate of the
-    bus's bandwidth then (part of its buffer may hit the last-level cache), so this share is a
-    lower estimate, and it is no bound either (a GEMV streamed up to 1.07x faster than the
-    eviction's rate, measured outside the harness, on a 2-core Zen 5)."""
+    runs). Informative, never a flag: the eviction's read rate is a reading of the bus, not a
+    bound (part of its buffer may hit the last-level cache; a long stream can read faster
+    than it), so the share can pass 100%."""
     readings, times = row.bus_gbps, row.raw_ms
     if row.cache != "cold" or not row.flops or not readings or len(readings) != len(times):
         return None

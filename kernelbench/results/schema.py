@@ -79,7 +79,7 @@ class ResultRow:
     vol_switches: list[int] = field(default_factory=list)
     invol_switches: list[int] = field(default_factory=list)
     # the memory bus's read bandwidth (GB/s) just before each timed call, aligned with raw_ms:
-    # the cold-cache eviction's read rate, an upper estimate (empty for hot rows and on CUDA)
+    # the cold-cache eviction's read rate, a reading, not a bound (empty: hot rows, CUDA)
     bus_gbps: list[float] = field(default_factory=list)
     steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
     # speed relative to the same run's baselines on the same inputs
