@@ -239,3 +239,12 @@ def test_a_cold_cpu_timer_reads_the_bus_with_its_eviction():
     cold = call_timer("cpu", cache="cold")
     assert cold.probe_bytes == cold.before_call.bytes
     assert call_timer("cpu", cache="hot").probe_bytes is None
+
+
+def test_an_eviction_that_took_no_measurable_time_leaves_no_stale_reading():
+    m = BusMachine([1.0, 0.0])
+    timer = CallTimer(m.clock, before_call=m.evict, usage=m.usage, probe_bytes=64 * 2**20)
+    timer(m.call("a", 1.0))
+    assert timer.last_bus_gbps is not None
+    timer(m.call("a", 1.0))  # the clock did not move: no rate to read
+    assert timer.last_bus_gbps is None

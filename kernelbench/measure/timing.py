@@ -113,8 +113,8 @@ class CallTimer:
         self.before_call()
         self.sync()
         self.last_prepare_s = self.clock() - t0
-        if self.probe_bytes and self.last_prepare_s > 0:
-            self.last_bus_gbps = self.probe_bytes / self.last_prepare_s / 1e9
+        readable = self.probe_bytes and self.last_prepare_s > 0
+        self.last_bus_gbps = self.probe_bytes / self.last_prepare_s / 1e9 if readable else None
 
     def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
         """``fn()``'s result and its time in milliseconds, as :meth:`__call__` times it."""
