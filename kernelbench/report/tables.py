@@ -206,7 +206,7 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
         if df["tops"].isna().all():
             return None
         tops = _pivot(df, "tops")
-        roof = _pivot(df, "roofline_share") if df["roofline_share"].notna().any() else None
+        roof = _pivot(df, "roofline_share") if _known(df, "roofline_share") else None
         bus = _pivot(df, "bus_roofline_share") if _known(df, "bus_roofline_share") else None
 
         def cell(method: str, d: int) -> Cell:

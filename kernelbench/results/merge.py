@@ -118,11 +118,10 @@ def _pool(rows: list[dict]) -> ResultRow:
     row.rounds = sum(int(r.get("rounds") or 1) for r in ok)
     row.round = min(int(r.get("round") or 0) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
-    for name in USAGE_FIELDS:  # kept only when every round has them, aligned with raw_ms
+    # what each call saw: kept only when every round has it, aligned with raw_ms
+    for name in (*USAGE_FIELDS, "bus_gbps"):
         aligned = all(len(r.get(name) or []) == len(r["raw_ms"]) for r in ok)
         setattr(row, name, [v for r in ok for v in r[name]] if aligned else [])
-    bus_aligned = all(len(r.get("bus_gbps") or []) == len(r["raw_ms"]) for r in ok)
-    row.bus_gbps = [v for r in ok for v in r["bus_gbps"]] if bus_aligned else []
     modes = {str(r.get("cache") or "") for r in ok}
     row.cache = modes.pop() if len(modes) == 1 else "mixed"  # pooled hot and cold: said so
     steals = [r["steal_share"] for r in ok if r.get("steal_share") is not None]
