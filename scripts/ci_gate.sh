@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regression gate for CI: quick CPU sweeps of this checkout compared with the committed baseline
-# of this machine class (reports/baselines/<device class>/). Usage: scripts/ci_gate.sh [OUT_DIR]
+# of this machine class and processor (reports/baselines/<device class>/<processor>/).
+# Usage: scripts/ci_gate.sh [OUT_DIR]
 #
 # Rounds. On this project's CI machines (shared 2-vCPU VMs) one `--quick` run is too few
 # samples to gate speed: the machine's speed drifts between runs. The gate runs ROUNDS quick
@@ -29,6 +30,8 @@
 # llm_int8 row caught in all 9000 cases at 0.10, +50% at 0.15-0.30. But a fresh-clone CI run
 # on a machine also running two pytest jobs read custom llm_int8 at d=768 22% slower, confirmed:
 # 0.15 failed unchanged code there, 0.30 would not have. CI machines are shared: 0.30.
+# Its Zen 4 processor (AuthenticAMD-25-17-1, 10 quiet rounds of its baseline): 0 false failures in
+# 3000 draws at 0.15 and 0.30; +50% on one custom llm_int8 row caught in all 9000 cases.
 # On cpu-avx2-2core (10 quiet rounds of its baseline): 0 false failures in 3000 draws at 0.30,
 # 36 at 0.20; +50% on one custom llm_int8 row caught in 99% of cases at 0.30.
 # The numbers and the command: docs/benchmarks.md ("The gate in this project's CI").

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelbench.results.baseline import BaselineError, find_baseline, sanitize, update_baseline
-from kernelbench.results.compare import ERROR_EPS, compare_runs, render
+from kernelbench.results.compare import ERROR_EPS, compare_runs, processor_key, render
 from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SCHEMA_VERSION, ResultRow
 
 DEVICE_CLASS = "cpu-avx2-2core"
@@ -557,14 +557,77 @@ def test_baseline_names_are_safe_paths(tmp_path: Path):
     assert named == store / "h200_nightly"
 
 
+def test_one_baseline_per_processor_of_a_class(tmp_path: Path):
+    """Two processors under one class name each keep their own baseline; a machine whose
+    processor has none gets another of its class (its errors still gate; compare says its speeds
+    are not comparable), and a run without an identity keeps the class folder."""
+    store = tmp_path / "baselines"
+    zen5 = write_run(tmp_path / "zen5", standard_rows(), machine_env(family="26"))
+    zen4 = write_run(tmp_path / "zen4", standard_rows(), machine_env(int8=1.9, family="25"))
+    assert processor_key(machine_env(family="26")) == "AuthenticAMD-26-2-1"
+    dest5 = update_baseline(zen5, store)
+    assert dest5 == store / DEVICE_CLASS / "AuthenticAMD-26-2-1"
+    # the class's only baseline, another processor's
+    assert find_baseline(DEVICE_CLASS, store, "AuthenticAMD-25-2-1") == dest5
+    dest4 = update_baseline(zen4, store)
+    assert dest4 == store / DEVICE_CLASS / "AuthenticAMD-25-2-1"
+    assert (dest5 / ENV_FILE).read_bytes() == (zen5 / ENV_FILE).read_bytes()  # kept, not replaced
+    assert find_baseline(DEVICE_CLASS, store, "AuthenticAMD-25-2-1") == dest4
+    assert find_baseline(DEVICE_CLASS, store, "AuthenticAMD-26-2-1") == dest5
+    assert find_baseline(DEVICE_CLASS, store, "GenuineIntel-6-143-8") == dest4  # first by name
+    assert compare_runs(dest4, zen5).exit_code == 3
+    assert compare_runs(dest5, zen5).exit_code == 0
+    # no identity recorded: the class folder, found before any processor's of the class
+    plain = update_baseline(write_run(tmp_path / "plain", standard_rows()), store)
+    assert plain == store / DEVICE_CLASS
+    assert find_baseline(DEVICE_CLASS, store, "GenuineIntel-6-143-8") == plain
+    assert find_baseline(DEVICE_CLASS, store, "AuthenticAMD-25-2-1") == dest4
+
+
+@pytest.mark.parametrize("missing", ["vendor", "family", "model", "stepping"])
+def test_a_partial_identity_names_no_processor(missing: str):
+    env = machine_env()
+    env["cpu"]["identity"][missing] = ""
+    assert processor_key(env) is None
+    assert processor_key({}) is None and processor_key({"cpu": None}) is None
+
+
+def test_baseline_path_cli_prints_the_path_alone_on_stdout(tmp_path: Path, monkeypatch):
+    # scripts/ci_gate.sh reads the path from stdout; the fallback's warning goes to stderr
+    from typer.testing import CliRunner
+
+    import kernelbench.run.env as env_mod
+    from kernelbench.cli import app
+
+    store = tmp_path / "baselines"
+    dclass = env_mod.device_class("cpu")
+    rows = [dataclasses.replace(r, device_class=dclass) for r in standard_rows()]
+    other = update_baseline(write_run(tmp_path / "other", rows, machine_env(family="99")), store)
+    runner = CliRunner()
+    got = runner.invoke(app, ["baseline", "path", "--baselines-dir", str(store)])
+    assert got.exit_code == 0
+    assert got.stdout.strip() == str(other)
+    monkeypatch.setattr(
+        env_mod,
+        "cpu_identity",
+        lambda: machine_env(family="99")["cpu"]["identity"],
+    )
+    got = runner.invoke(app, ["baseline", "path", "--baselines-dir", str(store)])
+    assert got.exit_code == 0 and got.stdout.strip() == str(other)
+    empty = runner.invoke(app, ["baseline", "path", "--baselines-dir", str(tmp_path / "none")])
+    assert empty.exit_code == 1
+
+
 # --- the committed CPU baseline ----------------------------------------------------------------
 
 BASELINES_DIR = Path(__file__).resolve().parents[1] / "reports" / "baselines"
-COMMITTED = sorted(p for p in BASELINES_DIR.glob("*") if (p / RESULTS_FILE).is_file())
+COMMITTED = sorted(p.parent for p in BASELINES_DIR.rglob(RESULTS_FILE))
 
 
 @pytest.mark.skipif(not COMMITTED, reason="no committed baseline")
-@pytest.mark.parametrize("committed", COMMITTED, ids=[p.name for p in COMMITTED])
+@pytest.mark.parametrize(
+    "committed", COMMITTED, ids=[str(p.relative_to(BASELINES_DIR)) for p in COMMITTED]
+)
 def test_committed_baseline_catches_a_50pct_slowdown_of_each_custom_llm_int8_row(
     tmp_path: Path, committed: Path
 ):
@@ -660,6 +723,19 @@ def test_same_machine_within_peak_noise_and_old_runs_compare_as_before(tmp_path:
     old = write_run(tmp_path / "old", slower)  # no identity, no peaks recorded
     assert compare_runs(base, old).exit_code == 1
     assert compare_runs(old, base).not_comparable == ""
+
+
+def test_the_bandwidth_peak_of_one_host_drifts_within_its_wider_tolerance(tmp_path: Path):
+    # one processor measured 52.6 and 83.3 GB/s within a day (a shared memory bus): comparable;
+    # its compute peaks still separate hosts at 25%, and a bandwidth 2x apart is another machine
+    base = write_run(tmp_path / "base", standard_rows(), machine_env(gbs=83.3))
+    slower = standard_rows(llm_int8=slowed(row("llm_int8"), 1.30))
+    drift = write_run(tmp_path / "drift", slower, machine_env(gbs=52.6))
+    assert compare_runs(base, drift).exit_code == 1
+    far = write_run(tmp_path / "far", slower, machine_env(gbs=34.2))
+    cmp = compare_runs(base, far)
+    assert cmp.exit_code == 3 and "bandwidth peak 83.3 vs 34.2 GB/s" in cmp.not_comparable
+    assert "more than 75%" in cmp.not_comparable
 
 
 def test_cpu_identity_reads_cpuinfo_and_sysfs_caches(tmp_path: Path):

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from kernelbench.cli.common import (
     console,
+    err_console,
     fail,
     skipped_lines_reported,
     write_report,
@@ -552,7 +553,9 @@ def peak(
     console.print(f"cached in {cache_path(device_class(dev))}")
 
 
-baseline_app = typer.Typer(help="Kept baselines under reports/baselines/<device class>/.")
+baseline_app = typer.Typer(
+    help="Kept baselines under reports/baselines/<device class>/<processor>/."
+)
 app.add_typer(baseline_app, name="baseline")
 
 
@@ -577,16 +580,24 @@ def baseline_path(
     device: str = typer.Option("cpu", help="cpu | cuda"),
     baselines_dir: Path = typer.Option(Path("reports/baselines"), help="Where baselines live"),
 ) -> None:
-    """Print the baseline folder of this machine's device class (exit 1 when there is none)."""
+    """Print the baseline folder of this machine's device class and processor (its own, else
+    another of the class; exit 1 when the class has none)."""
     import torch
 
     from kernelbench.results.baseline import find_baseline
-    from kernelbench.run.env import device_class
+    from kernelbench.results.compare import processor_key
+    from kernelbench.run.env import cpu_identity, device_class
 
-    found = find_baseline(device_class(torch.device(device)), baselines_dir)
+    dev = torch.device(device)
+    dclass = device_class(dev)
+    processor = processor_key({"cpu": {"identity": cpu_identity()}}) if dev.type == "cpu" else None
+    found = find_baseline(dclass, baselines_dir, processor)
     if found is None:
-        console.print(f"no baseline for {device_class(torch.device(device))}", style="yellow")
+        console.print(f"no baseline for {dclass}", style="yellow")
         raise typer.Exit(1)
+    if processor and found.name != processor:
+        # stderr: stdout is the path alone (scripts read it)
+        err_console.print(f"no baseline for this processor ({processor}); using {found}")
     typer.echo(str(found))
 
 

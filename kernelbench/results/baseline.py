@@ -1,19 +1,27 @@
-"""Kept baselines: one run per machine class under ``reports/baselines/<device_class>/``.
+"""Kept baselines: one run per processor of a machine class, under
+``reports/baselines/<device_class>/<processor>/`` (``<processor>``: vendor-family-model-stepping,
+:func:`~kernelbench.results.compare.processor_key`).
+
+One class name covers hosts that are not comparable (two processors sold as one VM type, peaks
+2x apart), so each keeps its own baseline; a run that records no processor identity (a GPU run,
+an older run) keeps the class folder itself, ``reports/baselines/<device_class>/``.
 
 :func:`update_baseline` copies a run's ``results.jsonl`` and ``env.json`` there (byte for byte,
 each replaced atomically), after checking the run is one a gate can compare against: readable,
 complete, one device class, no failed rows (unless forced). :func:`find_baseline` returns the
-folder ``kernelbench compare`` should use as BASE for a device class.
+folder ``kernelbench compare`` should use as BASE for a device class and processor.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
+from kernelbench.results.compare import processor_key
 from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SchemaError, read_run_rows
 
 DEFAULT_DIR = Path("reports/baselines")
@@ -58,13 +66,15 @@ def update_baseline(
     name: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Make the run in ``run_dir`` the baseline of its device class; returns the folder.
+    """Make the run in ``run_dir`` the baseline of its device class and processor; returns the
+    folder.
 
-    The folder is ``baselines_dir / sanitize(device_class)``, or ``baselines_dir / name`` when
-    ``name`` is given (then :func:`find_baseline` does not find it by device class). A run with
-    failed rows is refused unless ``force``; a run spanning several device classes is always
-    refused (run each class separately). A run without ``env.json`` replaces the baseline's
-    ``env.json`` by nothing, so the two files always come from one run."""
+    The folder is ``baselines_dir / sanitize(device_class) / <processor>`` when the run's
+    env.json records the processor's identity, else ``baselines_dir / sanitize(device_class)``;
+    ``baselines_dir / name`` when ``name`` is given (then :func:`find_baseline` does not find
+    it). A run with failed rows is refused unless ``force``; a run spanning several device
+    classes is always refused (run each class separately). A run without ``env.json`` replaces
+    the baseline's ``env.json`` by nothing, so the two files always come from one run."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BaselineError(f"{run_dir}: not a run directory")
@@ -80,10 +90,16 @@ def update_baseline(
             f"{first['layer']} d={first['d_model']}: {first.get('reason', '')}; "
             "fix them or force"
         )
-    dest = Path(baselines_dir) / (sanitize(name) if name else sanitize(classes[0]))
+    env = run_dir / ENV_FILE
+    if name:
+        dest = Path(baselines_dir) / sanitize(name)
+    else:
+        dest = Path(baselines_dir) / sanitize(classes[0])
+        processor = processor_key(_read_env(env))
+        if processor:
+            dest = dest / processor
     dest.mkdir(parents=True, exist_ok=True)
     _copy_atomic(run_dir / RESULTS_FILE, dest / RESULTS_FILE)
-    env = run_dir / ENV_FILE
     if env.is_file():
         _copy_atomic(env, dest / ENV_FILE)
     else:
@@ -91,10 +107,34 @@ def update_baseline(
     return dest
 
 
-def find_baseline(device_class: str, baselines_dir: Path = DEFAULT_DIR) -> Path | None:
-    """The kept baseline folder for ``device_class``, or ``None`` when there is none."""
+def _read_env(path: Path) -> dict:
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return env if isinstance(env, dict) else {}
+
+
+def find_baseline(
+    device_class: str, baselines_dir: Path = DEFAULT_DIR, processor: str | None = None
+) -> Path | None:
+    """The kept baseline folder for ``device_class`` on ``processor`` (a
+    :func:`~kernelbench.results.compare.processor_key`), or ``None`` when the class has none.
+
+    The processor's own baseline first; else the class folder's; else another processor's of
+    the same class (the first by name). A baseline from another processor still gates the
+    errors, and ``compare`` says its speeds are not comparable."""
     try:
         folder = Path(baselines_dir) / sanitize(device_class)
     except BaselineError:
         return None
-    return folder if (folder / RESULTS_FILE).is_file() else None
+    if processor:
+        own = folder / sanitize(processor)
+        if (own / RESULTS_FILE).is_file():
+            return own
+    if (folder / RESULTS_FILE).is_file():
+        return folder
+    if not folder.is_dir():
+        return None
+    others = sorted(p for p in folder.iterdir() if (p / RESULTS_FILE).is_file())
+    return others[0] if others else None
