@@ -36,7 +36,11 @@ from kernelbench.statistics import stats
 #: ran 9.5% faster than the best of the large shapes), down to the sweep's smallest prefill
 #: cell (fp32 at 2048 x 768 x 3072 ran 10% above the best of the larger shapes), and 256-token
 #: ones (the quick profile's): on an AVX2 CPU torch's bf16 GEMM ran at 0.020 TOPS at
-#: 256 x 5120 x 5120, 0.017 at best at the 2048-token shapes.
+#: 256 x 5120 x 5120, 0.017 at best at the 2048-token shapes. And two of the sweep's own large
+#: prefill cells: without them the sweep's int8 rows at d >= 5140 read up to 9% above the peak
+#: (a Zen 5 VM: 2.03 TOPS at d = 12288 against a 1.92 peak); on a Zen 4 VM, torch's int8 GEMM
+#: interleaved call by call over one minute: best 0.83 TOPS at 2048 x 12288 x 12288, 0.79 at
+#: 2048 x 5140 x 20560, 0.76 at 2048 x 4096 x 16384, 0.65 at 2048 x 1536 x 6144.
 PEAK_SHAPES = (
     (256, 5120, 5120),
     (256, 4096, 16384),
@@ -46,6 +50,8 @@ PEAK_SHAPES = (
     (2048, 4096, 4096),
     (4096, 4096, 4096),
     (2048, 4096, 16384),
+    (2048, 5140, 20560),
+    (2048, 12288, 12288),
 )
 COPY_BYTES = 1 << 30  # large enough to leave every cache behind
 FIRST_TOUCH_BYTES = 1 << 28  # an output the size of a large int32 GEMM product
