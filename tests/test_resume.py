@@ -113,3 +113,18 @@ def test_ctrl_c_prints_a_summary_and_exits_130(tmp_path: Path):
     assert child.returncode == 130, err
     assert "interrupted:" in err and "--resume" in err and "Traceback" not in err
     assert os.path.exists(out / RESULTS_FILE)
+
+
+def test_the_run_header_names_the_processor(tmp_path: Path, monkeypatch):
+    # one class name covers processors 2x apart: the header says which one ran
+    import kernelbench.run.env as env_mod
+
+    identity = {"vendor": "AuthenticAMD", "family": "25", "model": "17", "stepping": "1"}
+    monkeypatch.setattr(env_mod, "cpu_identity", lambda: dict(identity))
+    args = [a if a != "6" else "1" for a in ARGS]  # one round
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    header = " ".join(result.output.split())  # the console wraps long lines
+    assert "pairs on cpu-" in header and "(AuthenticAMD-25-17-1), " in header, header
+    env = json.loads((tmp_path / "run" / "env.json").read_text())
+    assert env["cpu"]["identity"] == identity

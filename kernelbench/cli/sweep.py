@@ -293,14 +293,17 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     """Measure and write every row (then the extra rounds the run's uncertain rows get), with
     progress; ^C ends with a one-line summary and exit 130."""
     from kernelbench.cli.progress import CostModel, sweep_progress
+    from kernelbench.results.compare import processor_key
     from kernelbench.results.schema import read_rows
     from kernelbench.run.load import LoadWatch
     from kernelbench.run.plan import followup_items, max_call_s
 
+    # one class name covers processors 2x apart: name this one (vendor-family-model-stepping)
+    processor = processor_key(prep.env)
+    machine = prep.env["device_class"] + (f" ({processor})" if processor else "")
     console.print(
         f"kernelbench run: {len(prep.items)} cells x {len(prep.pairs)} (backend, method) pairs "
-        f"on {escape(prep.env['device_class'])}, {prep.env['threads']} threads -> "
-        f"{escape(str(req.out))}"
+        f"on {escape(machine)}, {prep.env['threads']} threads -> {escape(str(req.out))}"
     )
     cost = CostModel(req.profile.budget_s, lambda pair: max_call_s(pair, req.profile.max_call_s))
     count = [0]
