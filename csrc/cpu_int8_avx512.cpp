@@ -290,6 +290,23 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   }
 }
 
+// Without an epilogue (int8_raw) the int32 product goes to memory whole, larger than the caches
+// at prefill sizes: its 64-byte aligned rows are stored non-temporally, so that the stores do not
+// first read every line of c into the cache (ordinary stores do: a second pass over c's bytes).
+inline void store_tile_streaming(int32_t* c, int64_t n, const int32_t* acc, int64_t ld,
+                                 int64_t r0, int64_t rows, int64_t j0, int64_t j1) {
+  const int64_t cols = j1 - j0;
+  for (int64_t i = 0; i < rows; ++i) {
+    int32_t* dst = c + (r0 + i) * n + j0;
+    const int32_t* src = acc + i * ld;
+    int64_t j = 0;
+    if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0)
+      for (; j + 16 <= cols; j += 16)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + j), _mm512_loadu_si512(src + j));
+    if (j < cols) std::memcpy(dst + j, src + j, static_cast<size_t>(cols - j) * sizeof(int32_t));
+  }
+}
+
 }  // namespace
 
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
@@ -337,13 +354,18 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                 block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
                 tile + (p - pc0) * 16, sld, last_cols, k0 > 0, kPrefetchBytes);
             }
-            if (last_block)
-              finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
-                          std::min(n, pc1 * 16));
+            if (last_block) {
+              if (ep)
+                finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
+                            std::min(n, pc1 * 16));
+              else
+                store_tile_streaming(c, n, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
+            }
           }
         }
       }
     }
+    _mm_sfence();  // the streamed stores are visible to the other threads after the region
   }
 }
 

@@ -500,6 +500,9 @@ INT32_SHAPES = [
     (25, 2050, 129),
     (1030, 37, 1100),
     (40, 2051, 107),
+    # n a multiple of 16: every output row 64-byte aligned (the VNNI set streams them to memory)
+    (70, 300, 528),
+    (45, 4099, 256),
     (260, 16391, 40),  # two row groups (4 MiB of packed A: 252 rows at this k), the last partial
 ]
 
