@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -217,6 +218,34 @@ std::atomic<int64_t> g_stream_rows{kDefaultStreamRows};
 int64_t stream_rows() { return g_stream_rows.load(std::memory_order_relaxed); }
 void set_stream_rows(int64_t rows) { g_stream_rows.store(rows, std::memory_order_relaxed); }
 
+namespace {
+// The last-level cache of cpu0 from sysfs ("32768K"): glibc's sysconf(_SC_LEVEL3_CACHE_SIZE)
+// reported 320 MB on a 2-vCPU Zen 4 VM whose sysfs says 32 MB.
+int64_t default_streaming_store_bytes() {
+  int64_t llc = 0;
+  for (int index = 3; index >= 2 && llc == 0; --index) {
+    const std::string path =
+        "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size";
+    if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+      long long value = 0;
+      char unit = 0;
+      if (std::fscanf(f, "%lld%c", &value, &unit) >= 1 && value > 0)
+        llc = value << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
+      std::fclose(f);
+    }
+  }
+  return llc > 0 ? llc / 2 : int64_t{16} << 20;
+}
+std::atomic<int64_t> g_streaming_store_bytes{default_streaming_store_bytes()};
+}  // namespace
+
+int64_t streaming_store_bytes() {
+  return g_streaming_store_bytes.load(std::memory_order_relaxed);
+}
+void set_streaming_store_bytes(int64_t bytes) {
+  g_streaming_store_bytes.store(bytes, std::memory_order_relaxed);
+}
+
 void dequantize_rows(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
                      DType out_dt, DequantizeBlockFn block) {
   std::vector<float> col_scale;
@@ -393,6 +422,12 @@ PYBIND11_MODULE(_cpu, m) {
     if (rows < 0) throw std::invalid_argument("stream_rows must be >= 0");
     kb::set_stream_rows(rows);
   }, "Set the decode path's row limit (0: always the blocked path); for tests and tuning.");
+  m.def("streaming_store_bytes", &kb::streaming_store_bytes,
+        "From this many bytes of int32 product on, the VNNI GEMM stores it non-temporally.");
+  m.def("set_streaming_store_bytes", [](int64_t bytes) {
+    if (bytes < 0) throw std::invalid_argument("streaming_store_bytes must be >= 0");
+    kb::set_streaming_store_bytes(bytes);
+  }, "Set the streamed-store threshold (0: every eligible product); for tests and tuning.");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
   m.def("packed_bytes", [](int64_t n, int64_t k) { return kb::PackedLayout(n, k).bytes(); });

@@ -61,6 +61,14 @@ constexpr int64_t kDefaultStreamRows = 32;
 int64_t stream_rows();
 void set_stream_rows(int64_t rows);
 
+// An int32 product (no epilogue) of at least this many bytes is stored past the caches
+// (non-temporal stores, VNNI set): it cannot stay cached beside the operands anyway, and ordinary
+// stores read each line of it first. Smaller ones stay cached for whatever reads them next.
+// Default: half the last-level cache (sysfs; 16 MiB when unknown). set_streaming_store_bytes
+// changes it (0: every eligible product streamed), for tests that compare the two stores.
+int64_t streaming_store_bytes();
+void set_streaming_store_bytes(int64_t bytes);
+
 // Passes over fewer elements than this (a decode step's activations) run on the calling thread:
 // an OpenMP team costs a fork and a barrier, and on a busy machine a barrier waits for a
 // descheduled thread.

@@ -290,9 +290,9 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   }
 }
 
-// Without an epilogue (int8_raw) the int32 product goes to memory whole, larger than the caches
-// at prefill sizes: its 64-byte aligned rows are stored non-temporally, so that the stores do not
-// first read every line of c into the cache (ordinary stores do: a second pass over c's bytes).
+// Without an epilogue (int8_raw) the int32 product goes to memory whole; from
+// streaming_store_bytes() on (prefill sizes) its 64-byte aligned rows are stored non-temporally,
+// so that the stores do not first read every line of c into the cache.
 inline void store_tile_streaming(int32_t* c, int64_t n, const int32_t* acc, int64_t ld,
                                  int64_t r0, int64_t rows, int64_t j0, int64_t j1) {
   const int64_t cols = j1 - j0;
@@ -325,6 +325,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   // memory whole) or, without an epilogue, copied to c. Both paths run the same blocking.
   const int64_t mc = row_group_rows(m, k, kKC, kMR);
   const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
+  const bool streamed = !ep && m * n * int64_t{4} >= streaming_store_bytes();
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
@@ -355,17 +356,17 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                 tile + (p - pc0) * 16, sld, last_cols, k0 > 0, kPrefetchBytes);
             }
             if (last_block) {
-              if (ep)
+              if (streamed)
+                store_tile_streaming(c, n, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
+              else
                 finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
                             std::min(n, pc1 * 16));
-              else
-                store_tile_streaming(c, n, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
             }
           }
         }
       }
     }
-    _mm_sfence();  // the streamed stores are visible to the other threads after the region
+    if (streamed) _mm_sfence();  // the streamed stores are visible after the region
   }
 }
 

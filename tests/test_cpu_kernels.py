@@ -507,19 +507,40 @@ INT32_SHAPES = [
 ]
 
 
+@pytest.fixture
+def streaming_store_restored():
+    before = cpu_ext.streaming_store_bytes()
+    yield
+    cpu_ext.set_streaming_store_bytes(before)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["cached-stores", "streamed-stores"])
 @pytest.mark.parametrize("shape", INT32_SHAPES)
-def test_int32_gemm_is_the_exact_product_on_every_kernel_set(gen, isa_restored, shape):
+def test_int32_gemm_is_the_exact_product_on_every_kernel_set(
+    gen, isa_restored, streaming_store_restored, shape, streamed
+):
     m, k, n = shape
     a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
     w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
     a[0], w[-1] = -128, -128  # the largest products, on the excess-128 correction's edge
     exact = (a.double() @ w.double().T).to(torch.int64)
     packed = cpu_ext.pack_weight(w)
+    # 0: every product stored non-temporally (VNNI set); larger than any: none
+    cpu_ext.set_streaming_store_bytes(0 if streamed else 1 << 62)
     for isa in kernel_sets_here():
         cpu_ext.set_isa(isa)
         got = cpu_ext.gemm(a, packed, n)
         assert got.dtype == torch.int32 and got.shape == (m, n)
         assert torch.equal(got.to(torch.int64), exact), isa
+
+
+def test_streaming_store_threshold_is_half_a_cache_and_checked(streaming_store_restored):
+    assert cpu_ext.streaming_store_bytes() >= 1 << 14  # half of some cache level, or 16 MiB
+    for bad in (-1, 1.5, True, "8"):
+        with pytest.raises(cpu_ext.InputError, match="streaming_store_bytes"):
+            cpu_ext.set_streaming_store_bytes(bad)
+    cpu_ext.set_streaming_store_bytes(0)
+    assert cpu_ext.streaming_store_bytes() == 0
 
 
 # --- the decode path (m <= stream_rows) against the blocked path ------------------------------

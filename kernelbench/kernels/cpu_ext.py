@@ -60,6 +60,20 @@ def set_stream_rows(rows: int) -> None:
     _ext.set_stream_rows(rows)
 
 
+def streaming_store_bytes() -> int:
+    """From this many bytes of int32 product on, the VNNI GEMM stores it past the caches
+    (non-temporal stores): by default half the last-level cache."""
+    return _ext.streaming_store_bytes()
+
+
+def set_streaming_store_bytes(nbytes: int) -> None:
+    """Move the streamed-store threshold (0: every product streamed): tests compare the two
+    stores bit for bit with it."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise InputError(f"streaming_store_bytes must be an integer >= 0, got {nbytes!r}")
+    _ext.set_streaming_store_bytes(nbytes)
+
+
 def _sync_threads() -> None:
     # One thread count for torch (oneDNN/MKL) and our OpenMP kernels: the harness pins it.
     n = torch.get_num_threads()
