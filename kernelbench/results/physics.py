@@ -191,8 +191,8 @@ def check_roofline(
             _flag(
                 row,
                 f"above roofline: {best_case / 1e12:.3g} TOPS at the slow end of its interval "
-                f"> {roof / 1e12:.3g} TOPS attainable (a peak cached under load? "
-                "kernelbench peak --remeasure)",
+                f"> {roof / 1e12:.3g} TOPS attainable (a peak measured in a slower moment "
+                "of the machine, or under load? kernelbench peak --remeasure)",
             )
 
 
