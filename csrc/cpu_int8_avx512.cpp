@@ -238,10 +238,14 @@ std::vector<uint8_t> pack_a(const int8_t* a, int64_t m, int64_t k) {
 // a panel pair is read over the whole k at once, its sums in registers throughout; with more,
 // kKC k values at a time, which the first row slice pulls from memory and the others read from
 // cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
-// halved the throughput), the second prefetching the block read next meanwhile. The same exact
-// integers as the blocked path. Against the (prefetching) blocked path on one Zen 5 core, CPU time: 0.93-0.94x the time at m = 1-8 with 12288 x 49152
-// weights, 0.98-0.99 with 4096 x 16384, 0.97-1.02 at m = 16-48 (so the crossover is flat there
-// and stream_rows stays at the AVX2 set's 32).
+// halved the throughput). A full second slice prefetches the block read next meanwhile; a
+// shorter one does not: it finishes too fast to hide the prefetches of a whole block, which then
+// held it waiting on memory instead of overlapping the first slice's compute (m = 13-20 ran
+// 1.06-1.23x the blocked path's time on one Zen 4 VM; without, 0.82-0.92x the time before at
+// m = 13-20, unchanged at 24 and 32). The same exact integers as the blocked path. Against the
+// (prefetching) blocked path on one Zen 5 core, CPU time: 0.93-0.94x the time at m = 1-8 with
+// 12288 x 49152 weights, 0.98-0.99 with 4096 x 16384, 0.97-1.02 at m = 16-48 (so the crossover
+// is flat there and stream_rows stays at the AVX2 set's 32).
 void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
   const PackedLayout L(n, k);
@@ -269,14 +273,14 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
             comp[i] = last_block ? _mm512_loadu_si512(sums + (p + i) * 16) : _mm512_setzero_si512();
           const int8_t* bp = packed_b + p * panel_bytes + k0 / 2 * PackedLayout::kPairBytes;
           // The block this thread reads next (of this pair, or the next pair's first), from bp;
-          // the second row slice prefetches it while it computes from cache.
+          // a full second row slice prefetches it while it computes from cache.
           const bool has_next = !last_block || p + 2 < p1;
           const int64_t next_offset = !last_block
                                           ? kc / 2 * PackedLayout::kPairBytes
                                           : 2 * panel_bytes - k0 / 2 * PackedLayout::kPairBytes;
           for (int64_t r0 = 0; r0 < m; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
-            const bool pf = r0 == 0 || (r0 == kMR && has_next);
+            const bool pf = r0 == 0 || (r0 == kMR && R == kMR && has_next);
             tile_kernel(R, np, pf)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes, bp,
                                    panel_bytes, kp / 2, kp % 2 != 0, comp,
                                    tile.data() + r0 * sld + (p - pc0) * 16, sld, last_cols,
