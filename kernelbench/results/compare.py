@@ -359,7 +359,7 @@ def compare_loaded_runs(
             return cmp
         keys = [k for k in keys if k[col] in backends]
         cmp.notes.append(f"verdicts for backend(s) {', '.join(backends)} only")
-    rounding = CROSS_PROCESSOR_ERROR_TOL if _processors_differ(b_run.env, n_run.env) else 0.0
+    rounding = CROSS_PROCESSOR_ERROR_TOL if _identity_differences(b_run.env, n_run.env) else 0.0
     cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol, rounding) for k in keys]
     cmp.not_comparable = machines_differ(b_run.env, n_run.env)
     if cmp.not_comparable:
@@ -403,10 +403,6 @@ def _identity_differences(base_env: dict, new_env: dict) -> list[tuple[str, str,
         for k in IDENTITY_KEYS
         if k in ids[0] and k in ids[1] and ids[0][k] != ids[1][k]
     ]
-
-
-def _processors_differ(base_env: dict, new_env: dict) -> bool:
-    return bool(_identity_differences(base_env, new_env))
 
 
 def machines_differ(base_env: dict, new_env: dict) -> str:
