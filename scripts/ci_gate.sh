@@ -14,9 +14,9 @@
 # Error gate, every row, strict (--error-tol 0): errors are deterministic for fixed seeds on one
 # processor (against another processor's baseline a float row's error may move by rounding,
 # up to 0.1%: compare allows that). An error regression, or a row that ran in the baseline and
-# now fails or stops running, fails CI; so does unusable input (exit 2). A baseline from a machine that compare
-# finds not comparable (exit 3: other processor identity, or peaks beyond the noise) gates the
-# errors only; the speed gate is skipped with a message.
+# now fails or stops running, fails CI; so does unusable input (exit 2). A baseline from a
+# machine that compare finds not comparable (exit 3: other processor identity, or peaks beyond
+# the noise) gates the errors only; the speed gate is skipped with a message.
 # Speed gate, our kernels (backend `custom`): a row fails CI when it is slower by more than
 # SPEED_TOL and more than the two runs' measured spreads combined (compare's noise band). Peer
 # and framework rows (torch, bitsandbytes, torchao) are printed with their speed verdicts but do
