@@ -167,3 +167,39 @@ def test_a_run_lists_its_widest_rows_and_show_wide_lists_them_all():
     assert f"m{n - 1} " in few and "m0 " not in few  # the widest kept, the narrowest left out
     every = printed(None)
     assert "more wide rows" not in every and "m0 " in every and f"m{n - 1} " in every
+
+
+def _paired_round(round_: int, raw, base) -> dict:
+    row = _round(round_, raw, [0] * len(raw))
+    row.update(paired=True, baseline_raw_ms=base)
+    return row
+
+
+def test_a_wide_row_says_what_each_round_measured_and_which_call_moved():
+    """Two tight rounds that disagree: the row's calls took 1 ms then 2 ms while the 16-bit
+    calls around them held 3 ms (x1.1): the pooled row keeps each round's size, the view gives
+    each round's medians, the wide-rows table prints them."""
+    import io
+
+    from rich.console import Console
+
+    from kernelbench.report import console as console_mod
+    from kernelbench.results.view import by_round
+
+    first = _paired_round(0, [1.0, 1.0, 1.0], [3.0, 3.0, 3.0])
+    second = _paired_round(1, [2.0, 2.0, 2.0, 2.0], [3.3, 3.3, 3.3, 3.3])
+    (pooled,) = pool_rows([first, second])
+    assert pooled.round_samples == [3, 4]
+    rounds = by_round(dataclasses.asdict(pooled))
+    assert rounds.speedups == pytest.approx([3.0, 1.65])
+    assert rounds.row_ms == pytest.approx([1.0, 2.0])
+    assert rounds.moved(rounds.row_ms) == pytest.approx(2.0)
+    assert rounds.moved(rounds.baseline_ms) == pytest.approx(1.1)
+    # a row as written (no round sizes) or unpaired: nothing to split
+    assert by_round(first).speedups == [] and rounds.moved([1.0]) is None
+    unpaired = dataclasses.asdict(pooled) | {"baseline_raw_ms": []}
+    assert by_round(unpaired).speedups == []
+    df = pd.DataFrame([dataclasses.asdict(pooled) | {"ci_wide": True, "layer": "ffn1"}])
+    out = io.StringIO()
+    console_mod._print_wide(df, Console(file=out, width=250), None)
+    assert "3.00 1.65" in out.getvalue() and "2.00x / 1.10x" in out.getvalue()

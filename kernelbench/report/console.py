@@ -24,6 +24,7 @@ from kernelbench.core import (
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.view import (
     SLOW_FACTOR,
+    by_round,
     headline,
     is_baseline,
     rel_halfwidths,
@@ -307,20 +308,29 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
         "saw)",
         title_justify="left",
     )
-    for col in ("backend", "method", "d_model", "tokens", "speedup", "slow", "faulted",
-                "preempted", "max faults", "steal"):  # fmt: skip
+    for col in ("backend", "method", "d_model", "tokens", "speedup", "by round", "moved",
+                "slow", "faulted", "preempted", "max faults", "steal"):  # fmt: skip
         table.add_column(col)
     for _, r in wide.iterrows():
         seen = slow_calls(r)
         steal = seen["steal_share"]
+        rounds = by_round(r)
+        row_moved, base_moved = rounds.moved(rounds.row_ms), rounds.moved(rounds.baseline_ms)
         cells = (
             r["backend"], r["method"], r["d_model"], r["tokens"], speedup_text(r),
+            " ".join(f"{v:.2f}" for v in rounds.speedups) or "-",
+            f"{row_moved:.2f}x / {base_moved:.2f}x" if row_moved and base_moved else "-",
             f"{seen['slow']} of {seen['samples']}", seen["slow_faulted"], seen["slow_preempted"],
             "-" if seen["max_faults"] is None else seen["max_faults"],
             "-" if steal is None else f"{steal:.1%}",
         )  # fmt: skip
         table.add_row(*(str(v) if i == 4 else escape(str(v)) for i, v in enumerate(cells)))
     console.print(table)
+    console.print(
+        "by round: the row's median speedup in each round; moved: its slowest round's median "
+        "time over its fastest's, then the same of its 16-bit baseline (rounds that disagree: "
+        "the machine moved between them)"
+    )
     if more:
         console.print(f"{more} more wide rows: kernelbench show --wide RUN")
 

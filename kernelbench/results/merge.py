@@ -84,6 +84,7 @@ def _pool(rows: list[dict]) -> ResultRow:
         return row
     row = ResultRow(**{k: v for k, v in ok[0].items() if k in _ROW_FIELDS})
     row.raw_ms, weights = round_weights([r["raw_ms"] for r in ok])
+    row.round_samples = [len(r["raw_ms"]) for r in ok]
     st = stats(row.raw_ms, weights)
     row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms = (
         st.median_ms,

@@ -62,6 +62,8 @@ class ResultRow:
     samples: int = 0
     rounds: int = 1  # runs pooled into this row by `kernelbench merge` (1: one run)
     raw_ms: list[float] = field(default_factory=list)
+    # pooled rows: how many of raw_ms each pooled round gave, in order (empty as written)
+    round_samples: list[int] = field(default_factory=list)
     stages_ms: dict[str, float] = field(default_factory=dict)
     threads: int | None = None
     variant: str = ""  # what a peer computed when it differs from the asked-for configuration

@@ -227,6 +227,43 @@ def slow_calls(row: pd.Series | dict) -> dict:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundMedians:
+    """A paired pooled row's medians in each of its rounds, in order: its speedup, its own
+    time and its 16-bit baseline's time (ms). Rounds that disagree while each is tight say the
+    machine moved between them, and which call moved more."""
+
+    speedups: list[float]
+    row_ms: list[float]
+    baseline_ms: list[float]
+
+    @staticmethod
+    def moved(values: list[float]) -> float | None:
+        """The largest over the smallest (``None`` with fewer than two rounds)."""
+        return max(values) / min(values) if len(values) > 1 and min(values) > 0 else None
+
+
+def by_round(row: pd.Series | dict) -> RoundMedians:
+    """:class:`RoundMedians` of a pooled row; empty when the row is unpaired or its rounds are
+    not known (a row as written, an older pooled one)."""
+    sizes = list(row.get("round_samples") or [])
+    raw = list(row.get("raw_ms") or [])
+    base = list(row.get("baseline_raw_ms") or [])
+    out = RoundMedians([], [], [])
+    if not sizes or sum(sizes) != len(raw) or len(base) != len(raw):
+        return out
+    at = 0
+    for size in sizes:
+        times, bases = raw[at : at + size], base[at : at + size]
+        ratios = [b / t for b, t in zip(bases, times, strict=True) if t > 0]
+        if ratios:
+            out.speedups.append(float(pd.Series(ratios).median()))
+            out.row_ms.append(float(pd.Series(times).median()))
+            out.baseline_ms.append(float(pd.Series(bases).median()))
+        at += size
+    return out
+
+
 def headline_cell(df: pd.DataFrame) -> tuple[str, str, int] | None:
     """(device class, layer, tokens) of the cell a run is read by first: the first device
     class and layer (a block's sum when measured), at 2048 tokens (the paper's) when measured,
