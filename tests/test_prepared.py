@@ -287,43 +287,9 @@ def test_kept_runners_skip_the_prefaulting_call_while_the_heap_holds_their_pages
         timed = list(measure_cell(first, case, opts, estimator, prepared=cache))
         rows = {(r.backend, r.method) for r in timed if r.status == "ok" and r.method != "fp16"}
         expected = set() if released else rows
-        # round 0: every row's first call just ran, the heap holds its pages
-        assert rows and told[-1]["prefaulted"] == rows and told[-1]["baseline_prefaulted"]
+        assert rows and told[-1]["prefaulted"] == set() and not told[-1]["baseline_prefaulted"]
         if released:  # the run needed memory: the heap gave its free pages back
             monkeypatch.setattr(timing, "_heap_releases", timing.heap_releases() + 1)
         list(measure_cell(later, case, opts, estimator, prepared=cache))
         assert told[-1]["prefaulted"] == expected
         assert told[-1]["baseline_prefaulted"] is not released
-
-
-def test_a_release_after_a_first_call_makes_that_row_prefault_again(monkeypatch):
-    """The heap gave its pages back after the first first call (the run needed memory to build
-    the next runner): that row pre-faults in the cycles, the rows called after it do not."""
-    from kernelbench.measure import timing
-
-    case = load_case("gpt3")
-    opts = tiny_opts(methods=("fp16", "int8_raw"), rounds=1)
-    told: list[dict] = []
-    called: list[int] = []
-    real_cell, real_first = MeasurementEngine.measure_cell, MeasurementEngine.first_call
-
-    def recording(self, *args, **kwargs):
-        told.append(kwargs)
-        return real_cell(self, *args, **kwargs)
-
-    def first_then_release(self, call):
-        if len(called) == 1:  # the run needs memory before the second runner's first call
-            monkeypatch.setattr(timing, "_heap_releases", timing.heap_releases() + 1)
-        called.append(1)
-        return real_first(self, call)
-
-    monkeypatch.setattr(MeasurementEngine, "measure_cell", recording)
-    monkeypatch.setattr(MeasurementEngine, "first_call", first_then_release)
-    (first,) = plan(case, opts)
-    timed = [r for r in measure_cell(first, case, opts, CallEstimator()) if r.status == "ok"]
-    rows = {(r.backend, r.method) for r in timed if r.method != "fp16"}
-    assert len(called) == len(timed) and rows
-    resident = set(told[-1]["prefaulted"]) | (
-        {"fp16"} if told[-1]["baseline_prefaulted"] else set()
-    )
-    assert len(resident) == len(timed) - 1  # all but the row called before the release

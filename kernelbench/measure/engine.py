@@ -22,9 +22,7 @@ Memory. CPU calls are timed with freed memory reused (:func:`freed_memory_reused
 row (and the baseline) makes at least one untimed call after the block is entered: the first
 call in a fresh block faults in its output and temporaries (at d=5140, 2048 tokens: 36k-180k
 minor faults and +17-45% on that call). Not a row whose calls ran in an earlier block while the
-heap has kept their freed pages since (``prefaulted``: a runner kept from an earlier round, or
-a new one whose first call, made for its accuracy check, just ran: a cell's first round at
-d=5140, 2048 tokens, then made one call fewer per row, its run 0.94x the wall time).
+heap has kept their freed pages since (a runner kept from an earlier round, ``prefaulted``).
 Later calls, in a shuffled order with the output checks between them, still outgrow the heap
 now and then, so after the warm-up the heap gets a cushion of resident free memory, twice what
 the warm-up calls faulted in (:func:`~kernelbench.measure.timing.cushion_heap`); and the heap

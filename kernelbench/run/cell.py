@@ -251,8 +251,7 @@ def _measure_plan(
                     reused_layer = len(shared) > 0
             with sharing_weights(shared):
                 one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
-            if built is not None:
-                one.heap_mark = kept.heap_mark
+            one.heap_mark = kept.heap_mark if built is not None else None
             if check is not None:
                 _time_stages(one, engine, cell)
             # the stages' inputs and the operands have served: free them before the next
@@ -361,8 +360,8 @@ class _Prepared:
     #: round 0 without a separate first call: the output of its first call in the cycles is
     #: checked against the oracle (a call of seconds is not made once more just for that)
     check: _AccuracyCheck | None = None
-    #: ``heap_releases()`` when its calls last ran (a kept runner's in an earlier round, a new
-    #: one's first call): its freed pages are still resident in the heap while that count holds
+    #: a kept runner: ``heap_releases()`` when its calls last ran (its freed pages are still
+    #: resident in the heap while that count holds)
     heap_mark: int | None = None
 
     @property
@@ -456,10 +455,9 @@ def _prepare_row(
     if runner is None:
         problem = Problem(row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows)
         runner = backend.build(problem)
-    deferred, heap_mark = None, None
+    deferred = None
     if warm_s is None:
         y, warm_s = engine.first_call(runner.run)
-        heap_mark = heap_releases()  # its pages stay resident in the heap until a release
         if check is not None:
             row.rel_error, row.max_abs_error = check.errors(runner, y)
         del y
@@ -471,7 +469,7 @@ def _prepare_row(
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - before
         row.peak_mem_bytes = int(inputs_bytes + peak)
-    return _Prepared(row, runner, warm_s, deferred, heap_mark)
+    return _Prepared(row, runner, warm_s, deferred)
 
 
 def _measure_prepared(
