@@ -118,22 +118,6 @@ def test_reused_memory_prefaults_with_one_untimed_call_even_when_warm():
     assert cell.baseline.usage_of("minor_faults") == [0, 0, 0]
 
 
-def test_a_prefaulted_row_makes_no_untimed_call_when_warm():
-    """A kept runner whose pages the heap still holds skips the pre-faulting call; the others
-    (here the baseline) still make it."""
-    m = Machine()
-    e = _warm_reusing_engine(m)
-    cell = e.measure_cell(
-        {"a": m.call("a", 2.0)},
-        baseline=m.call("base", 4.0),
-        warmed_s={"a": 1.0},
-        baseline_warmed_s=1.0,
-        prefaulted={"a"},
-    )
-    assert m.log[0] == "base" and m.log[1] == "base"  # the untimed call, then the cycles
-    assert m.log.count("a") == len(cell.rows["a"].row_ms) == 2
-
-
 def test_min_pairs_keeps_sampling_past_the_budget():
     m = Machine()
     common = dict(warmup_s=0.0, budget_s=0.001, target_rel_spread=-1.0, ci_target=-1.0)

@@ -266,30 +266,3 @@ def test_fp32_is_measured_in_round_0_only():
     r1 = {(r.backend, r.method) for r in r1 if r.status == "ok"}
     assert ("torch", "fp32") in r0 and ("torch", "fp32") not in r1
     assert ("custom", "int8_raw") in r1
-
-
-def test_kept_runners_skip_the_prefaulting_call_while_the_heap_holds_their_pages(monkeypatch):
-    from kernelbench.measure import timing
-
-    case = load_case("gpt3")
-    opts = tiny_opts(methods=("fp16", "int8_raw"), rounds=2)
-    told: list[dict] = []
-    real = MeasurementEngine.measure_cell
-
-    def recording(self, *args, **kwargs):
-        told.append(kwargs)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(MeasurementEngine, "measure_cell", recording)
-    first, later = plan(case, opts)
-    for released in (False, True):
-        cache, estimator = PreparedCells(1 << 40), CallEstimator()
-        timed = list(measure_cell(first, case, opts, estimator, prepared=cache))
-        rows = {(r.backend, r.method) for r in timed if r.status == "ok" and r.method != "fp16"}
-        expected = set() if released else rows
-        assert rows and told[-1]["prefaulted"] == set() and not told[-1]["baseline_prefaulted"]
-        if released:  # the run needed memory: the heap gave its free pages back
-            monkeypatch.setattr(timing, "_heap_releases", timing.heap_releases() + 1)
-        list(measure_cell(later, case, opts, estimator, prepared=cache))
-        assert told[-1]["prefaulted"] == expected
-        assert told[-1]["baseline_prefaulted"] is not released

@@ -21,8 +21,11 @@ are tested on synthetic samples, and the engine itself takes an injected clock.
 Memory. CPU calls are timed with freed memory reused (:func:`freed_memory_reused`), and every
 row (and the baseline) makes at least one untimed call after the block is entered: the first
 call in a fresh block faults in its output and temporaries (at d=5140, 2048 tokens: 36k-180k
-minor faults and +17-45% on that call). Not a row whose calls ran in an earlier block while the
-heap has kept their freed pages since (a runner kept from an earlier round, ``prefaulted``).
+minor faults and +17-45% on that call). Always, even where the heap still holds the row's pages
+from an earlier block: without that call the first timed sample still ran slow now and then,
+with no fault (a default gpt3 sweep on a 2-core Zen 4 VM whose first round skipped it: 16 of
+104 rows at 2048 tokens had a first sample over 1.3x their others, against 1-3 of about 100
+with the call).
 Later calls, in a shuffled order with the output checks between them, still outgrow the heap
 now and then, so after the warm-up the heap gets a cushion of resident free memory, twice what
 the warm-up calls faulted in (:func:`~kernelbench.measure.timing.cushion_heap`); and the heap
@@ -40,7 +43,7 @@ from __future__ import annotations
 import random
 import resource
 import time
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -316,15 +319,12 @@ class MeasurementEngine:
         with self._memory():
             return self.timer.seconds(call)
 
-    def _warm_up(
-        self, call: Call, warmed_s: float, warmup_s: float, prefaulted: bool = False
-    ) -> None:
+    def _warm_up(self, call: Call, warmed_s: float, warmup_s: float) -> None:
         """Untimed calls until ``warmup_s`` (less ``warmed_s`` already had) have passed; with
-        memory reused, at least one unless ``prefaulted`` (its pages are resident from an
-        earlier block): it pre-faults what the call allocates in this block."""
+        memory reused, at least one: it pre-faults what the call allocates in this block."""
         start = self.clock() - warmed_s
         calls = 0
-        force_one = self.reuse_memory and not prefaulted
+        force_one = self.reuse_memory
         while self.clock() - start < warmup_s or (force_one and not calls):
             call()
             self.timer.sync()
@@ -339,8 +339,6 @@ class MeasurementEngine:
         seed: int = 0,
         first_outputs: Mapping[Hashable, OutputHook] | None = None,
         baseline_first_output: OutputHook | None = None,
-        prefaulted: Collection[Hashable] = (),
-        baseline_prefaulted: bool = False,
     ) -> CellMeasurement:
         """Warm each call up (``warmed_s``: seconds of calls it already had), then sample the
         rows in cycles around ``baseline`` until each row's stopping rules are met. Without
@@ -350,21 +348,14 @@ class MeasurementEngine:
         hook after the call (a row whose call takes seconds is not called once more just to
         check its output); a raising hook fails the row. The time the hooks take is left out
         of the pairing (:func:`interpolated_baselines`' gaps). CPU memory is reused while the
-        cell is timed (see the constructor).
-
-        ``prefaulted`` (``baseline_prefaulted``): rows (the baseline) whose calls ran in an
-        earlier block whose freed pages the heap still holds (:func:`~kernelbench.measure.
-        timing.heap_releases` unchanged since): their first call faults nothing, so they skip
-        the untimed call a block otherwise begins with (at 175B, seconds per row and round)."""
+        cell is timed (see the constructor)."""
         with self._memory():
             steal_before = steal_ticks()
             warmed = dict(warmed_s or {})
             failed: dict[Hashable, str] = {}
             hooks = dict(first_outputs or {})
             if baseline is not None and not calls:
-                self._warm_up(
-                    baseline, baseline_warmed_s, self.settings.warmup_s, baseline_prefaulted
-                )
+                self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
                 if baseline_first_output is not None:
                     hooks["baseline"] = baseline_first_output
                 alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks)
@@ -375,15 +366,11 @@ class MeasurementEngine:
             faults_before = self.timer.usage()[0]
             for key, call in calls.items():
                 try:
-                    self._warm_up(
-                        call, warmed.get(key, 0.0), self.settings.warmup_s, key in prefaulted
-                    )
+                    self._warm_up(call, warmed.get(key, 0.0), self.settings.warmup_s)
                 except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
                     failed[key] = error_text(exc)
             if baseline is not None:
-                self._warm_up(
-                    baseline, baseline_warmed_s, self.settings.warmup_s, baseline_prefaulted
-                )
+                self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
             if self.reuse_memory:
                 warm_faults = self.timer.usage()[0] - faults_before
                 cushion_heap(CUSHION_FACTOR * warm_faults * PAGE_BYTES)

@@ -340,14 +340,6 @@ def _mallinfo2():
 _MALLINFO2 = _mallinfo2()
 _reuse_depth = 0
 _heap_kept = False  # the heap is set never to trim (since the first reuse block)
-_heap_releases = 0  # times the heap gave its free pages back
-
-
-def heap_releases() -> int:
-    """How many times :func:`release_free_memory` gave the heap's free pages back so far. A
-    call timed in a block since the last release has its output and temporaries' pages still
-    resident in the heap (freed, not given back): its next block's first call faults nothing."""
-    return _heap_releases
 
 
 def heap_live_bytes() -> int | None:
@@ -434,10 +426,9 @@ def release_free_memory() -> None:
     """Return the heap's free pages to the system and trim it as glibc does by default again
     (outside a reuse block; off glibc nothing): called before the run reads how much memory
     it has."""
-    global _heap_kept, _heap_releases
+    global _heap_kept
     if _LIBC is None or _reuse_depth > 0:
         return
-    _heap_releases += 1
     if _heap_kept:
         _LIBC.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
         _LIBC.mallopt(_M_TOP_PAD, _DEFAULT_TOP_PAD)

@@ -33,7 +33,7 @@ from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
 from kernelbench.backends.plugins import origin_of
 from kernelbench.core import BASELINE, FP32, SkipKind, work_bytes, work_flops
 from kernelbench.measure.engine import MeasurementEngine, RowMeasurement, error_text
-from kernelbench.measure.timing import available_after_release, available_bytes, heap_releases
+from kernelbench.measure.timing import available_after_release, available_bytes
 from kernelbench.quant import Problem, outlier_columns
 from kernelbench.results.schema import USAGE_FIELDS, ResultRow
 from kernelbench.run.cases import Case, layer_inputs, make_inputs
@@ -251,7 +251,6 @@ def _measure_plan(
                     reused_layer = len(shared) > 0
             with sharing_weights(shared):
                 one = _prepare_row(row, backend, inputs, setup, inputs_bytes, warm_s, built)
-            one.heap_mark = kept.heap_mark if built is not None else None
             if check is not None:
                 _time_stages(one, engine, cell)
             # the stages' inputs and the operands have served: free them before the next
@@ -262,7 +261,6 @@ def _measure_plan(
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, error_text(exc), device)
     _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
-    kept.heap_mark = heap_releases()
     for p in measured + ready:
         if p.row.status == "ok":
             estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model, m)
@@ -360,9 +358,6 @@ class _Prepared:
     #: round 0 without a separate first call: the output of its first call in the cycles is
     #: checked against the oracle (a call of seconds is not made once more just for that)
     check: _AccuracyCheck | None = None
-    #: a kept runner: ``heap_releases()`` when its calls last ran (its freed pages are still
-    #: resident in the heap while that count holds)
-    heap_mark: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -485,7 +480,6 @@ def _measure_prepared(
         for p in ready:
             _fail(p.row, f"inputs could not be redrawn in place: {error_text(exc)}", device)
         return
-    resident = heap_releases()  # calls whose pages the heap kept need no pre-faulting call
     try:
         meas = engine.measure_cell(
             {p.key: p.runner.run for p in others},
@@ -495,8 +489,6 @@ def _measure_prepared(
             seed=inputs.seed,
             first_outputs={p.key: hooks[p.key] for p in others if p.key in hooks},
             baseline_first_output=hooks.get(BASELINE) if base else None,
-            prefaulted={p.key for p in others if p.heap_mark == resident},
-            baseline_prefaulted=base is not None and base.heap_mark == resident,
         )
     except Exception as exc:  # noqa: BLE001 - the baseline failed: so does every pairing
         for p in ready:

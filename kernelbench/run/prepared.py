@@ -68,8 +68,6 @@ class PreparedCell:
     kept_rows: torch.Tensor
     runners: dict[tuple[str, str], Runner] = field(default_factory=dict)
     nbytes: int = 0
-    #: ``heap_releases()`` when its runners were last timed
-    heap_mark: int | None = None
 
 
 @dataclass
