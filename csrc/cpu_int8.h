@@ -74,16 +74,16 @@ void set_streaming_store_bytes(int64_t bytes);
 // descheduled thread.
 constexpr int64_t kSerialElems = int64_t{1} << 16;
 
-// Past one k block (k > kc), the blocked GEMMs take A's rows in groups whose A (rows x k bytes)
-// is kAGroupBytes, a multiple of the micro-kernel's mr rows (at least mr): the group's A stays in
-// the last-level cache (an eighth of a 32 MB L3) while all of a thread's panel chunks pass, so A
-// is read from memory once, not once per chunk. With all m rows instead, at 2048 x 16384 x 4096
-// and 2048 x 49152 x 12288 the VNNI path took 1.13-1.21x oneDNN's time, 0.99-1.06x with 4 MiB
-// groups (2 MiB: the same within the noise; 8 MiB: 1.03-1.15x) on a 2-core Zen 5. Within one
-// k block: one group of all m rows.
-constexpr int64_t kAGroupBytes = int64_t{4} << 20;
-inline int64_t row_group_rows(int64_t m, int64_t k, int64_t kc, int64_t mr) {
-  if (k <= kc) return m;
+// The blocked GEMMs take A's rows in groups whose A (rows x k bytes) is kAGroupBytes, a multiple
+// of the micro-kernel's mr rows (at least mr): the group's A stays in the cache while all of a
+// thread's panel chunks pass, so A is read from memory once, not once per chunk. With all m rows
+// instead, at 2048 x 16384 x 4096 and 2048 x 49152 x 12288 the VNNI path took 1.13-1.21x
+// oneDNN's time, 0.99-1.06x with 4 MiB groups on a 2-core Zen 5 (2 MiB: the same within the
+// noise; 8 MiB: 1.03-1.15x). On a 2-vCPU Zen 4 VM (its L3 shared with the host's other guests)
+// 2 MiB groups took 0.975-0.996x the time of 4 MiB ones, or of one group of all m rows within one
+// k block, at 2048 tokens and d = 2048-12288 (paired, one process; the AVX2 set 0.945-0.968x).
+constexpr int64_t kAGroupBytes = int64_t{2} << 20;
+inline int64_t row_group_rows(int64_t m, int64_t k, int64_t mr) {
   const int64_t rows = kAGroupBytes / k / mr * mr;
   return rows > mr ? rows : mr;
 }

@@ -6,7 +6,7 @@
 // accumulating in int32. Blocking: each thread owns a
 // range of 16-column panels; within it, chunks of kNC columns x kKC k-values of the packed
 // weights stay in L2 while 6-row slices of A (converted to int16 once per chunk) sweep past
-// (past one k block, in groups of rows whose A stays in the last-level cache); the
+// (in groups of rows whose A stays in the cache); the
 // first slice, which pulls the chunk from memory, prefetches it ahead (at 4096 x 16384 weights
 // on one AVX2 core, as run on a Zen 5: 0.54, 0.80, 0.89, 0.95x the time at m = 8, 32, 64, 128).
 // Up to stream_rows() rows (decode) the weights are streamed instead: each panel read once, whole, with
@@ -376,11 +376,10 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   if (m > 0 && m <= stream_rows()) return gemm_small_m(a, m, k, packed_b, n, c, ep);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels;
-  // Past one k block, the rows go in groups whose A stays in the last-level cache
-  // (row_group_rows). Each thread sums into a scratch of its current panel chunk (kMR rows
-  // when k is one block, else the group's rows), finished (dequantized, or copied to c) as soon
-  // as a row slice's last k block is in.
-  const int64_t mc = row_group_rows(m, k, kKC, kMR);
+  // The rows go in groups whose A stays in the cache (row_group_rows). Each thread sums into a
+  // scratch of its current panel chunk (kMR rows when k is one block, else the group's rows),
+  // finished (dequantized, or copied to c) as soon as a row slice's last k block is in.
+  const int64_t mc = row_group_rows(m, k, kMR);
   const int64_t sld = kNCp * PackedLayout::kPanelCols, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
   {

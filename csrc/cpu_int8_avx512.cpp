@@ -12,8 +12,8 @@
 //
 // Blocking: each thread owns a range of 16-column panels; within it, chunks of kNCp panels x kKC
 // k values of the packed weights stay in L2 while kMR-row slices of A sweep past, two panels at a
-// time (kMR x 2 zmm accumulators); past one k block, the rows go in groups sized so the group's
-// A stays in the last-level cache. The first row slice of a chunk, which pulls it from memory,
+// time (kMR x 2 zmm accumulators); the rows go in groups sized so the group's A stays in the
+// cache. The first row slice of a chunk, which pulls it from memory,
 // prefetches it ahead (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384
 // and 12288 x 49152 weights ran 1.1-2.9x slower on one Zen 5 core). Up to stream_rows() rows of
 // A (decode), gemm_small_m streams the weights instead: each pair of panels read once, prefetched
@@ -322,12 +322,12 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const std::vector<uint8_t> ap = pack_a(a, m, k);
-  // Past one k block, the rows go in groups whose packed A stays in the last-level cache
-  // (row_group_rows). Each thread sums into a scratch of its current panel chunk (kMR rows when
-  // k is one block, else the group's mc rows), finished as soon as a row slice's last k block is
-  // in: dequantized (AVX2 code, shared with that kernel set; the int32 product never goes to
-  // memory whole) or, without an epilogue, copied to c. Both paths run the same blocking.
-  const int64_t mc = row_group_rows(m, k, kKC, kMR);
+  // The rows go in groups whose packed A stays in the cache (row_group_rows). Each thread sums
+  // into a scratch of its current panel chunk (kMR rows when k is one block, else the group's mc
+  // rows), finished as soon as a row slice's last k block is in: dequantized (AVX2 code, shared
+  // with that kernel set; the int32 product never goes to memory whole) or, without an epilogue,
+  // copied to c. Both paths run the same blocking.
+  const int64_t mc = row_group_rows(m, k, kMR);
   const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
   const bool streamed = !ep && m * n * int64_t{4} >= streaming_store_bytes();
 #pragma omp parallel

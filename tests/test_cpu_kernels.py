@@ -323,7 +323,8 @@ FUSED_SHAPES = [
     (4, 515, 257),
     (37, 2051, 40),
     (19, 4099, 107),  # 7 panels: a one-panel tile at the end of a chunk, on one thread or two
-    (260, 16391, 40),  # past one group of rows (4 MiB of packed A: 252 rows at this k)
+    (260, 16391, 40),  # past one group of rows (2 MiB of packed A: 120 rows at this k)
+    (1100, 2048, 40),  # one k block, two row groups (1020 rows of 12, 1026 of 6), the last partial
 ]
 
 
@@ -503,7 +504,8 @@ INT32_SHAPES = [
     # n a multiple of 16: every output row 64-byte aligned (the VNNI set streams them to memory)
     (70, 300, 528),
     (45, 4099, 256),
-    (260, 16391, 40),  # two row groups (4 MiB of packed A: 252 rows at this k), the last partial
+    (260, 16391, 40),  # three row groups (2 MiB of packed A: 120 rows at this k), the last partial
+    (1100, 2048, 40),  # one k block, two row groups (1020 rows of 12, 1026 of 6), the last partial
 ]
 
 
