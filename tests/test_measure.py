@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernelbench.measure.engine import (
+    STAGE_MAX_SAMPLES,
     Budget,
     IntervalTarget,
     MeasurementEngine,
@@ -63,6 +64,24 @@ def engine(machine: FakeMachine, reuse_memory: bool = False, **settings) -> Meas
         timer=CallTimer(machine.clock),
         reuse_memory=reuse_memory,
     )
+
+
+def test_a_short_noisy_stage_is_timed_at_most_the_stage_cap():
+    """A sub-millisecond stage whose spread never meets its target stops at the cap, not at
+    the run's 200 samples: with cold caches each sample costs an eviction."""
+    machine = FakeMachine(slowness=lambda i: (1.0, 1.6, 0.7, 2.2)[i % 4])
+    e = MeasurementEngine(
+        "cpu",
+        TimerSettings(),
+        TimerSettings.for_stages(),
+        clock=machine.clock,
+        timer=CallTimer(machine.clock),
+        reuse_memory=False,
+    )
+    ms = e.time_stages({"quantize": machine.call(0.05)})["quantize"]
+    assert machine.calls == 1 + STAGE_MAX_SAMPLES  # the first call, then the samples
+    assert TimerSettings().max_samples / 5 > STAGE_MAX_SAMPLES
+    assert 0.05 * 0.7 <= ms <= 0.05 * 2.2
 
 
 def test_stats_on_synthetic_samples():

@@ -65,6 +65,11 @@ from kernelbench.statistics import median_interval, rel_halfwidth, stats
 
 Call = Callable[[], object]
 
+#: Samples of one stage timed alone. Uncapped, a decode cell's stages took up to 200 samples
+#: each (their spread rarely met its target at sub-millisecond calls): 7.3 s of a 24.5 s run of
+#: 4 cells (d = 2048 and 4096 at one and eight tokens, one round), 2.7 s of 19.5 s capped.
+STAGE_MAX_SAMPLES = 20
+
 #: The heap cushion of a CPU block, in multiples of the memory its warm-up calls faulted in.
 CUSHION_FACTOR = 2
 PAGE_BYTES = resource.getpagesize()
@@ -164,9 +169,17 @@ class TimerSettings:
 
     @classmethod
     def for_stages(cls, budget_s: float | None = None) -> TimerSettings:
-        """Each stage timed alone, once warm (its row's first call was the warm-up)."""
+        """Each stage timed alone, once warm (its row's first call was the warm-up), at most
+        ``STAGE_MAX_SAMPLES`` times: a breakdown, never a ratio, and with cold caches each
+        sample of a sub-millisecond stage costs a cache eviction several times its length."""
         budget = default("stage_budget_s") if budget_s is None else budget_s
-        return cls(budget_s=budget, warmup_s=0.0, min_samples=1, min_pairs=1)
+        return cls(
+            budget_s=budget,
+            warmup_s=0.0,
+            min_samples=1,
+            min_pairs=1,
+            max_samples=STAGE_MAX_SAMPLES,
+        )
 
     def rules(self) -> StoppingRules:
         return StoppingRules(
