@@ -79,9 +79,9 @@ constexpr int64_t kSerialElems = int64_t{1} << 16;
 // thread's panel chunks pass, so A is read from memory once, not once per chunk. With all m rows
 // instead, at 2048 x 16384 x 4096 and 2048 x 49152 x 12288 the VNNI path took 1.13-1.21x
 // oneDNN's time, 0.99-1.06x with 4 MiB groups on a 2-core Zen 5 (2 MiB: the same within the
-// noise; 8 MiB: 1.03-1.15x). On a 2-vCPU Zen 4 VM (its L3 shared with the host's other guests)
-// 2 MiB groups took 0.975-0.996x the time of 4 MiB ones, or of one group of all m rows within one
-// k block, at 2048 tokens and d = 2048-12288 (paired, one process; the AVX2 set 0.945-0.968x).
+// noise; 8 MiB: 1.03-1.15x). On a 2-vCPU Zen 4 VM, 2 MiB groups took 0.975-0.996x the time of
+// 4 MiB ones, or of one group of all m rows within one k block, at 2048 tokens and d =
+// 2048-12288 (paired, one process; the AVX2 set 0.945-0.968x).
 constexpr int64_t kAGroupBytes = int64_t{2} << 20;
 inline int64_t row_group_rows(int64_t m, int64_t k, int64_t mr) {
   const int64_t rows = kAGroupBytes / k / mr * mr;
