@@ -13,11 +13,11 @@
 // Blocking: each thread owns a range of 16-column panels; within it, chunks of kNCp panels x kKC
 // k values of the packed weights stay in L2 while kMR-row slices of A sweep past, two panels at a
 // time (kMR x 2 zmm accumulators); the rows go in groups sized so the group's A stays in the
-// cache. The first row slice of a chunk, which pulls it from memory,
-// prefetches it ahead (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384
-// and 12288 x 49152 weights ran 1.1-2.9x slower on one Zen 5 core). Up to stream_rows() rows of
-// A (decode), gemm_small_m streams the weights instead: each pair of panels read once, prefetched
-// ahead, while every kMR-row slice of A multiplies it from cache.
+// cache. The first row slice of a chunk, which pulls it from memory, prefetches it ahead
+// (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384 and 12288 x 49152
+// weights ran 1.1-2.9x slower on one Zen 5 core). Up to stream_rows() rows of A (decode),
+// gemm_small_m streams the weights instead: each pair of panels read once, prefetched ahead into
+// L2, while every kMR-row slice of A multiplies it from cache.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -41,8 +41,20 @@ constexpr int kQuadBytes = kMR * 4;  // one quad of a packed row block of A
 // prefetcher stops at every 4 KiB page, and a panel of the decode path is one long stream.
 constexpr int64_t kPrefetchBytes = 4096;
 
+// Where a micro-kernel prefetches the weights it reads next: nowhere, into L1 (the blocked path's
+// chunk, then read from L2 by every row slice) or into L2 (the decode path's one long stream).
+// The decode stream into L2 instead of L1 (paired in one process, cold weights, Zen 4 VM, two
+// threads): 0.86-0.95x the time at m = 1-8 and d = 1536-12288, 0.96-0.99x at m = 16-32 (d =
+// 2048 and 32: 1.00); no prefetch at all: 0.86-1.10x, worse at m = 8; NTA: 0.99-1.02x. The
+// blocked path into L2: 0.996-1.014x (m = 64-2048), so it stays at L1.
+enum class Prefetch { kNone, kL1, kL2 };
+
+template <Prefetch PF>
 inline void prefetch(const int8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  if constexpr (PF == Prefetch::kL2)
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  else
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
 // Word index that interleaves the two k pairs of one 64-byte load: out words (2j, 2j+1) = in
@@ -95,7 +107,7 @@ inline void store16(int32_t* dst, __m512i acc, __m512i comp, __mmask16 mask, boo
 // minus the panels' 128 * column sums `comp`. The accumulators are named variables and stored
 // by name (with an array GCC kept them on the stack). PF: each quad also prefetches the bytes
 // pf_offset past it in both panels (decode: its own panels ahead, or the next block's).
-template <int R, int NP, bool PF = false>
+template <int R, int NP, Prefetch PF = Prefetch::kNone>
 void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
                   int64_t nq, bool half, const __m512i* comp, int32_t* c, int64_t ldc,
                   int last_cols, bool accumulate, int64_t pf_offset) {
@@ -108,9 +120,9 @@ void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
   const int8_t* bp1 = bp + panel_bytes;
   const int64_t quads = nq + (half ? 1 : 0);
   for (int64_t q = 0; q < quads; ++q) {
-    if constexpr (PF) {
-      prefetch(bp + pf_offset + q * 64);
-      if constexpr (NP > 1) prefetch(bp1 + pf_offset + q * 64);
+    if constexpr (PF != Prefetch::kNone) {
+      prefetch<PF>(bp + pf_offset + q * 64);
+      if constexpr (NP > 1) prefetch<PF>(bp1 + pf_offset + q * 64);
     }
     const __mmask64 lm = (half && q == nq) ? __mmask64(0xffffffffull) : ~__mmask64(0);
     const __m512i b0 = _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi8(lm, bp + q * 64));
@@ -128,7 +140,7 @@ void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
 // The one-row tile (a decode step). With one accumulator per panel, each vpdpbusd would wait
 // for the previous one (latency, not throughput, bound), so four accumulators per panel take
 // quads in turn and are summed at the end (int32 addition: exact, any order).
-template <int NP, bool PF = false>
+template <int NP, Prefetch PF = Prefetch::kNone>
 void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, int64_t nq,
                       bool half, const __m512i* comp, int32_t* c, int64_t ldc, int last_cols,
                       bool accumulate, int64_t pf_offset) {
@@ -146,10 +158,10 @@ void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, i
   }
   int64_t q = 0;
   for (; q + 4 <= nq; q += 4) {
-    if constexpr (PF) {
+    if constexpr (PF != Prefetch::kNone) {
       for (int u = 0; u < 4; ++u) {
-        prefetch(bp + pf_offset + (q + u) * 64);
-        if constexpr (NP > 1) prefetch(bp1 + pf_offset + (q + u) * 64);
+        prefetch<PF>(bp + pf_offset + (q + u) * 64);
+        if constexpr (NP > 1) prefetch<PF>(bp1 + pf_offset + (q + u) * 64);
       }
     }
     KB_ROW_QUAD(0, s00, s10)
@@ -178,23 +190,39 @@ void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, i
 using KernelFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, bool,
                           const __m512i*, int32_t*, int64_t, int, bool, int64_t);
 
-template <int NP, bool PF, size_t... I>
+template <int NP, Prefetch PF, size_t... I>
 constexpr auto kernel_row(std::index_sequence<I...>) {
   return std::array<KernelFn, sizeof...(I)>{{micro_kernel<static_cast<int>(I) + 1, NP, PF>...}};
 }
 
-const auto kKernels1 = kernel_row<1, false>(std::make_index_sequence<kMR>{});
-const auto kKernels2 = kernel_row<2, false>(std::make_index_sequence<kMR>{});
-const auto kStream1 = kernel_row<1, true>(std::make_index_sequence<kMR>{});
-const auto kStream2 = kernel_row<2, true>(std::make_index_sequence<kMR>{});
+const auto kKernels1 = kernel_row<1, Prefetch::kNone>(std::make_index_sequence<kMR>{});
+const auto kKernels2 = kernel_row<2, Prefetch::kNone>(std::make_index_sequence<kMR>{});
+const auto kToL1_1 = kernel_row<1, Prefetch::kL1>(std::make_index_sequence<kMR>{});
+const auto kToL1_2 = kernel_row<2, Prefetch::kL1>(std::make_index_sequence<kMR>{});
+const auto kToL2_1 = kernel_row<1, Prefetch::kL2>(std::make_index_sequence<kMR>{});
+const auto kToL2_2 = kernel_row<2, Prefetch::kL2>(std::make_index_sequence<kMR>{});
 
 // The kernel of an R-row, np-panel tile (R = 1: the one-row kernel with its four chains).
-KernelFn tile_kernel(int R, int np, bool stream) {
-  if (R == 1)
-    return stream ? (np == 2 ? micro_kernel_row<2, true> : micro_kernel_row<1, true>)
-                  : (np == 2 ? micro_kernel_row<2> : micro_kernel_row<1>);
-  const auto& table = stream ? (np == 2 ? kStream2 : kStream1) : (np == 2 ? kKernels2 : kKernels1);
-  return table[R - 1];
+KernelFn tile_kernel(int R, int np, Prefetch pf) {
+  const bool two = np == 2;
+  if (R == 1) {
+    switch (pf) {
+      case Prefetch::kL1:
+        return two ? micro_kernel_row<2, Prefetch::kL1> : micro_kernel_row<1, Prefetch::kL1>;
+      case Prefetch::kL2:
+        return two ? micro_kernel_row<2, Prefetch::kL2> : micro_kernel_row<1, Prefetch::kL2>;
+      default:
+        return two ? micro_kernel_row<2> : micro_kernel_row<1>;
+    }
+  }
+  switch (pf) {
+    case Prefetch::kL1:
+      return (two ? kToL1_2 : kToL1_1)[R - 1];
+    case Prefetch::kL2:
+      return (two ? kToL2_2 : kToL2_1)[R - 1];
+    default:
+      return (two ? kKernels2 : kKernels1)[R - 1];
+  }
 }
 
 // A packed as unsigned bytes in row blocks of kMR: block b, quad q, row r at
@@ -281,10 +309,10 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           for (int64_t r0 = 0; r0 < m; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
             const bool pf = r0 == 0 || (r0 == kMR && R == kMR && has_next);
-            tile_kernel(R, np, pf)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes, bp,
-                                   panel_bytes, kp / 2, kp % 2 != 0, comp,
-                                   tile.data() + r0 * sld + (p - pc0) * 16, sld, last_cols,
-                                   k0 > 0, r0 == 0 ? kPrefetchBytes : next_offset);
+            const KernelFn kernel = tile_kernel(R, np, pf ? Prefetch::kL2 : Prefetch::kNone);
+            kernel(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes, bp, panel_bytes,
+                   kp / 2, kp % 2 != 0, comp, tile.data() + r0 * sld + (p - pc0) * 16, sld,
+                   last_cols, k0 > 0, r0 == 0 ? kPrefetchBytes : next_offset);
           }
         }
       }
@@ -355,9 +383,11 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
             for (int64_t p = pc0; p < pc1; p += 2) {
               const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
               const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
-              tile_kernel(R, np, r0 == g0)(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
-                block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
-                tile + (p - pc0) * 16, sld, last_cols, k0 > 0, kPrefetchBytes);
+              const KernelFn kernel =
+                  tile_kernel(R, np, r0 == g0 ? Prefetch::kL1 : Prefetch::kNone);
+              kernel(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
+                     block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
+                     tile + (p - pc0) * 16, sld, last_cols, k0 > 0, kPrefetchBytes);
             }
             if (last_block) {
               if (streamed)
