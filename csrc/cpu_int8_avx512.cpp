@@ -44,9 +44,9 @@ constexpr int64_t kPrefetchBytes = 4096;
 // Where a micro-kernel prefetches the weights it reads next: nowhere, into L1 (the blocked path's
 // chunk, then read from L2 by every row slice) or into L2 (the decode path's one long stream).
 // The decode stream into L2 instead of L1 (paired in one process, cold weights, Zen 4 VM, two
-// threads): 0.86-0.95x the time at m = 1-8 and d = 1536-12288, 0.96-0.99x at m = 16-32 (d =
-// 2048 and 32: 1.00); no prefetch at all: 0.86-1.10x, worse at m = 8; NTA: 0.99-1.02x. The
-// blocked path into L2: 0.996-1.014x (m = 64-2048), so it stays at L1.
+// threads): 0.86-0.95x the time at m = 1-8 and d = 1536-12288, 0.96-0.97x at m = 16-32 and d =
+// 4096-12288 (0.99-1.00x at d = 2048); no prefetch at all: 0.86-1.10x, worse at m = 8; NTA:
+// 0.99-1.02x. The blocked path into L2: 0.996-1.014x (m = 64-2048), so it stays at L1.
 enum class Prefetch { kNone, kL1, kL2 };
 
 template <Prefetch PF>
