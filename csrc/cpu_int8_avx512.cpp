@@ -190,39 +190,27 @@ void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, i
 using KernelFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, bool,
                           const __m512i*, int32_t*, int64_t, int, bool, int64_t);
 
+// The kernels of 1..kMR-row tiles of NP panels (1 row: the one-row kernel with its four chains).
+using KernelRow = std::array<KernelFn, kMR>;
+
 template <int NP, Prefetch PF, size_t... I>
-constexpr auto kernel_row(std::index_sequence<I...>) {
-  return std::array<KernelFn, sizeof...(I)>{{micro_kernel<static_cast<int>(I) + 1, NP, PF>...}};
+constexpr KernelRow kernel_row(std::index_sequence<I...>) {
+  return {{micro_kernel_row<NP, PF>, micro_kernel<static_cast<int>(I) + 2, NP, PF>...}};
 }
 
-const auto kKernels1 = kernel_row<1, Prefetch::kNone>(std::make_index_sequence<kMR>{});
-const auto kKernels2 = kernel_row<2, Prefetch::kNone>(std::make_index_sequence<kMR>{});
-const auto kToL1_1 = kernel_row<1, Prefetch::kL1>(std::make_index_sequence<kMR>{});
-const auto kToL1_2 = kernel_row<2, Prefetch::kL1>(std::make_index_sequence<kMR>{});
-const auto kToL2_1 = kernel_row<1, Prefetch::kL2>(std::make_index_sequence<kMR>{});
-const auto kToL2_2 = kernel_row<2, Prefetch::kL2>(std::make_index_sequence<kMR>{});
+template <Prefetch PF>
+constexpr std::array<KernelRow, 2> kernel_table() {
+  return {kernel_row<1, PF>(std::make_index_sequence<kMR - 1>{}),
+          kernel_row<2, PF>(std::make_index_sequence<kMR - 1>{})};
+}
 
-// The kernel of an R-row, np-panel tile (R = 1: the one-row kernel with its four chains).
+// By Prefetch, panels - 1 and rows - 1.
+const std::array<KernelRow, 2> kKernels[] = {
+    kernel_table<Prefetch::kNone>(), kernel_table<Prefetch::kL1>(), kernel_table<Prefetch::kL2>()};
+
+// The kernel of an R-row, np-panel tile.
 KernelFn tile_kernel(int R, int np, Prefetch pf) {
-  const bool two = np == 2;
-  if (R == 1) {
-    switch (pf) {
-      case Prefetch::kL1:
-        return two ? micro_kernel_row<2, Prefetch::kL1> : micro_kernel_row<1, Prefetch::kL1>;
-      case Prefetch::kL2:
-        return two ? micro_kernel_row<2, Prefetch::kL2> : micro_kernel_row<1, Prefetch::kL2>;
-      default:
-        return two ? micro_kernel_row<2> : micro_kernel_row<1>;
-    }
-  }
-  switch (pf) {
-    case Prefetch::kL1:
-      return (two ? kToL1_2 : kToL1_1)[R - 1];
-    case Prefetch::kL2:
-      return (two ? kToL2_2 : kToL2_1)[R - 1];
-    default:
-      return (two ? kKernels2 : kKernels1)[R - 1];
-  }
+  return kKernels[static_cast<int>(pf)][np - 1][R - 1];
 }
 
 // A packed as unsigned bytes in row blocks of kMR: block b, quad q, row r at
