@@ -83,8 +83,9 @@ constexpr int64_t kSerialElems = int64_t{1} << 16;
 // 4 MiB ones, or of one group of all m rows within one k block, at 2048 tokens and d =
 // 2048-12288 (paired, one process; the AVX2 set 0.945-0.968x).
 constexpr int64_t kAGroupBytes = int64_t{2} << 20;
-inline int64_t row_group_rows(int64_t m, int64_t k, int64_t mr) {
-  const int64_t rows = kAGroupBytes / k / mr * mr;
+inline int64_t row_group_rows(int64_t m, int64_t k, int64_t mr,
+                              int64_t group_bytes = kAGroupBytes) {
+  const int64_t rows = group_bytes / k / mr * mr;
   return rows > mr ? rows : mr;
 }
 
