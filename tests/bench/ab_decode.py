@@ -1,12 +1,14 @@
-"""Paired A/B of the CPU GEMM's decode path against its blocked path, at decode batch sizes.
+"""Paired A/B of the CPU GEMM's decode path against its blocked path and a plain read.
 
 Per shape (m tokens, ffn1 of width d: k = d, n = 4d) in one process: the fused int8 GEMM +
 dequantization (``cpu_ext.linear``, bf16 out: llm_int8's GEMM without its outliers) is called
 with the decode path (``stream_rows`` = m) and with the blocked path (``stream_rows`` = 0) on
-the same kernel set, back to back, the order alternating every pair. Each pair gives one ratio
-decode / blocked; the table shows its median with a 95% bootstrap interval and the quartiles,
-and the decode path's weight bandwidth (int8 weight bytes / time) and int8 TOPS (medians). The
-weights rotate over enough copies (>= 256 MiB in all) that every call streams them from DRAM.
+the same kernel set, and the same packed weight bytes are read once by ``torch.sum`` (as int64:
+what the memory gives a plain stream of that length, the decode path's bound), the order
+rotating every rep. Each rep gives the ratios decode / blocked and decode / read; the table shows
+their medians with 95% bootstrap intervals and the quartiles of the first, and the decode path's
+weight bandwidth (int8 weight bytes / time), the read's, and int8 TOPS (medians). The weights
+rotate over enough copies (>= 256 MiB in all) that every call streams them from DRAM.
 On a machine shared with other work, ``--threads 1 --clock cpu`` times the calling thread's CPU
 time instead of the wall clock: the kernel's own speed, without the time it spent descheduled
 (with two threads, an OpenMP barrier waiting for a descheduled thread costs a whole time slice).
@@ -39,6 +41,13 @@ def _call(a, packed, n, dq, rows: int) -> float:
     return clock() - t0
 
 
+def _read(packed: torch.Tensor) -> float:
+    words = packed[: packed.numel() // 8 * 8].view(torch.int64)
+    t0 = clock()
+    words.sum()
+    return clock() - t0
+
+
 def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
     k, n = d, 4 * d
     gen = torch.Generator().manual_seed(d + m)
@@ -60,18 +69,25 @@ def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
             outs[rows] = cpu_ext.linear(a, packed[0], n, dq).view(torch.int16)
         if not torch.equal(outs[m], outs[0]):
             raise SystemExit(f"m={m} d={d}: the decode and blocked paths differ")
-        ratios, decode_s = [], []
+        ratios, read_ratios, decode_s, read_s = [], [], [], []
+        calls = ("decode", "blocked", "read")
         for i in range(pairs):
-            order = (m, 0) if i % 2 == 0 else (0, m)
-            t = {
-                rows: _call(a, packed[(2 * i + j) % copies], n, dq, rows)
-                for j, rows in enumerate(order)
-            }
-            ratios.append(t[m] / t[0])
-            decode_s.append(t[m])
+            order = calls[i % 3 :] + calls[: i % 3]
+            t = {}
+            for j, call in enumerate(order):
+                weights = packed[(3 * i + j) % copies]
+                if call == "read":
+                    t[call] = _read(weights)
+                else:
+                    t[call] = _call(a, weights, n, dq, m if call == "decode" else 0)
+            ratios.append(t["decode"] / t["blocked"])
+            read_ratios.append(t["decode"] / t["read"])
+            decode_s.append(t["decode"])
+            read_s.append(t["read"])
     finally:
         cpu_ext.set_stream_rows(before)
     lo, hi = median_interval(ratios) or (math.nan, math.nan)
+    read_lo, read_hi = median_interval(read_ratios) or (math.nan, math.nan)
     q1, med, q3 = statistics.quantiles(ratios, n=4)
     t = statistics.median(decode_s)
     return {
@@ -80,8 +96,12 @@ def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
         "hi": hi,
         "q1": q1,
         "q3": q3,
+        "read": statistics.median(read_ratios),
+        "read_lo": read_lo,
+        "read_hi": read_hi,
         "ms": t * 1e3,
         "GB/s": n * k / t / 1e9,
+        "read GB/s": n * k / statistics.median(read_s) / 1e9,
         "TOPS": 2 * m * n * k / t / 1e12,
     }
 
@@ -102,16 +122,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(
         f"isa={args.isa} threads={torch.get_num_threads()} clock={args.clock}; "
-        "decode/blocked: median [95% CI] (quartiles); decode path: median ms, "
-        "weight GB/s, int8 TOPS"
+        "decode/blocked: median [95% CI] (quartiles); decode/read: median [95% CI]; "
+        "decode path: median ms, weight GB/s, the read's GB/s, int8 TOPS"
     )
     for d in (int(v) for v in args.d.split(",")):
         for m in (int(v) for v in args.m.split(",")):
             r = measure(m, d, args.pairs, args.isa)
             print(
                 f"d={d:>5} m={m:>2}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] "
-                f"({r['q1']:.3f}, {r['q3']:.3f})  {r['ms']:.3f} ms  {r['GB/s']:.1f} GB/s  "
-                f"{r['TOPS']:.2f} TOPS",
+                f"({r['q1']:.3f}, {r['q3']:.3f})  read {r['read']:.3f} "
+                f"[{r['read_lo']:.3f}, {r['read_hi']:.3f}]  {r['ms']:.3f} ms  "
+                f"{r['GB/s']:.1f} GB/s (read {r['read GB/s']:.1f})  {r['TOPS']:.2f} TOPS",
                 flush=True,
             )
 
