@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import math
 import random
 import statistics
 import sys
@@ -57,6 +58,37 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p * (len(values) - 1))))]
 
 
+Draw = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+#: Up to this many draws are listed whole, then shuffled; past it they are sampled one by one
+#: (20 rounds have 4845 x 560 x 286 ways: listing them took 22 GB).
+LISTED_DRAWS = 1_000_000
+
+
+def sample_draws(n: int, nb: int, g: int, limit: int, seed: int = 0) -> list[Draw]:
+    """At most ``limit`` distinct draws (baseline, first merge, first + confirming) of disjoint
+    rounds out of ``n``, in random order; every one when there are no more than ``limit``."""
+    rng = random.Random(seed)
+    total = math.comb(n, nb) * math.comb(n - nb, g) * math.comb(n - nb - g, g)
+    if total <= LISTED_DRAWS:
+        draws = []
+        for base in itertools.combinations(range(n), nb):
+            rest = [i for i in range(n) if i not in base]
+            for first in itertools.combinations(rest, g):
+                left = [i for i in rest if i not in first]
+                draws += [(base, first, first + c) for c in itertools.combinations(left, g)]
+        rng.shuffle(draws)
+        return draws[:limit]
+    seen: dict[Draw, None] = {}  # distinct, in the order drawn
+    while len(seen) < limit:
+        base = tuple(sorted(rng.sample(range(n), nb)))
+        rest = [i for i in range(n) if i not in base]
+        first = tuple(sorted(rng.sample(rest, g)))
+        left = [i for i in rest if i not in first]
+        seen[(base, first, first + tuple(sorted(rng.sample(left, g))))] = None
+    return list(seen)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rounds", nargs="+", type=Path)
@@ -71,14 +103,7 @@ def main() -> int:
     if n < nb + 2 * g:
         sys.exit(f"need at least {nb + 2 * g} rounds (baseline {nb} + 2 x group {g})")
 
-    draws = []
-    for base in itertools.combinations(range(n), nb):
-        rest = [i for i in range(n) if i not in base]
-        for first in itertools.combinations(rest, g):
-            left = [i for i in rest if i not in first]
-            draws += [(base, first, first + c) for c in itertools.combinations(left, g)]
-    random.Random(0).shuffle(draws)
-    draws = draws[: args.draws]
+    draws = sample_draws(n, nb, g, args.draws)
     cache: dict[tuple, LoadedRun] = {}
     ours = [args.backend]
 
