@@ -80,7 +80,7 @@ def sample_draws(n: int, nb: int, g: int, limit: int, seed: int = 0) -> list[Dra
         rng.shuffle(draws)
         return draws[:limit]
     seen: dict[Draw, None] = {}  # distinct, in the order drawn
-    while len(seen) < limit:
+    while len(seen) < min(limit, total):
         base = tuple(sorted(rng.sample(range(n), nb)))
         rest = [i for i in range(n) if i not in base]
         first = tuple(sorted(rng.sample(rest, g)))

@@ -48,3 +48,10 @@ def test_many_rounds_are_sampled_without_listing_every_draw(gate_noise, monkeypa
     assert len(draws) == 500 == len(set(draws))
     assert all(_valid(d, 20, 4, 3) for d in draws)
     assert draws == gate_noise.sample_draws(20, 4, 3, limit=500)
+
+
+def test_sampling_stops_at_every_draw_when_asked_for_more(gate_noise, monkeypatch):
+    monkeypatch.setattr(gate_noise, "LISTED_DRAWS", 10)
+    total = math.comb(7, 2) * math.comb(5, 2) * math.comb(3, 2)
+    draws = gate_noise.sample_draws(7, 2, 2, limit=10 * total)
+    assert len(draws) == total == len(set(draws))
