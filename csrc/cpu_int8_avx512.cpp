@@ -339,7 +339,10 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const PackedA ap = pack_a(a, m, k);
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
+  // One row slice reads each panel pair over the whole k: its prefetches run on into the next
+  // pair. With more, kKC at a time, the second slice prefetches the next block (next_offset).
   const int64_t kc_max = m > kMR ? kKC : k;
+  const Prefetch stream_hint = m > kMR ? Prefetch::kL2 : Prefetch::kL2Pairs;
   constexpr int64_t sld = kNCp * 16;
 #pragma omp parallel
   {
@@ -367,8 +370,7 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           for (int64_t r0 = 0; r0 < m; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, m - r0));
             const bool pf = r0 == 0 || (r0 == kMR && R == kMR && has_next);
-            const Prefetch hint = m <= kMR ? Prefetch::kL2Pairs : Prefetch::kL2;
-            const KernelFn kernel = tile_kernel(R, np, pf ? hint : Prefetch::kNone);
+            const KernelFn kernel = tile_kernel(R, np, pf ? stream_hint : Prefetch::kNone);
             kernel(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes, bp, panel_bytes,
                    kp / 2, kp % 2 != 0, comp, tile.data() + r0 * sld + (p - pc0) * 16, sld,
                    last_cols, k0 > 0, r0 == 0 ? kPrefetchBytes : next_offset);
