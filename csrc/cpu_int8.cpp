@@ -8,6 +8,7 @@
 // AVX512-VNNI version (cpu_int8_avx512.cpp). The kernel set (a table of function pointers,
 // KernelSet) is picked once at import: "avx512vnni" (AVX2 kernels + the VNNI GEMM), "avx2" or
 // "scalar".
+#include <cpuid.h>
 #include <omp.h>
 #include <pybind11/pybind11.h>
 #if defined(__linux__)
@@ -218,6 +219,26 @@ std::atomic<int64_t> g_stream_rows{kDefaultStreamRows};
 int64_t stream_rows() { return g_stream_rows.load(std::memory_order_relaxed); }
 void set_stream_rows(int64_t rows) { g_stream_rows.store(rows, std::memory_order_relaxed); }
 
+// AMD family 26 (Zen 5) takes kL1, measured there; every other processor kL2, measured on Zen 4
+// (family 25) and not on any other.
+DecodePrefetch default_decode_prefetch() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return DecodePrefetch::kL2;
+  const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // AuthenticAMD
+  if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return DecodePrefetch::kL2;
+  const unsigned base = (eax >> 8) & 0xf, family = base == 0xf ? base + ((eax >> 20) & 0xff) : base;
+  return family == 26 ? DecodePrefetch::kL1 : DecodePrefetch::kL2;
+}
+
+namespace {
+std::atomic<DecodePrefetch> g_decode_prefetch{default_decode_prefetch()};
+}  // namespace
+
+DecodePrefetch decode_prefetch() { return g_decode_prefetch.load(std::memory_order_relaxed); }
+void set_decode_prefetch(DecodePrefetch hint) {
+  g_decode_prefetch.store(hint, std::memory_order_relaxed);
+}
+
 namespace {
 // The last-level cache of cpu0 from sysfs ("32768K"): glibc's sysconf(_SC_LEVEL3_CACHE_SIZE)
 // reported 320 MB on a 2-vCPU Zen 4 VM whose sysfs says 32 MB.
@@ -422,6 +443,14 @@ PYBIND11_MODULE(_cpu, m) {
     if (rows < 0) throw std::invalid_argument("stream_rows must be >= 0");
     kb::set_stream_rows(rows);
   }, "Set the decode path's row limit (0: always the blocked path); for tests and tuning.");
+  m.def("decode_prefetch", [] { return static_cast<int>(kb::decode_prefetch()); },
+        "Where the VNNI decode path prefetches its weights: 0 L2, 1 L1 (one-row tiles: none).");
+  m.def("default_decode_prefetch", [] { return static_cast<int>(kb::default_decode_prefetch()); },
+        "The decode prefetch chosen for this processor.");
+  m.def("set_decode_prefetch", [](int hint) {
+    if (hint != 0 && hint != 1) throw std::invalid_argument("decode prefetch must be 0 or 1");
+    kb::set_decode_prefetch(static_cast<kb::DecodePrefetch>(hint));
+  }, "Set the decode path's prefetch hint (0 L2, 1 L1); for tests and tuning.");
   m.def("streaming_store_bytes", &kb::streaming_store_bytes,
         "From this many bytes of int32 product on, the VNNI GEMM stores it non-temporally.");
   m.def("set_streaming_store_bytes", [](int64_t bytes) {

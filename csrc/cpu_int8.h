@@ -61,6 +61,17 @@ constexpr int64_t kDefaultStreamRows = 32;
 int64_t stream_rows();
 void set_stream_rows(int64_t rows);
 
+// Where the VNNI set's decode path prefetches the weight stream, a tuning per processor (paired
+// in one process, cold weights, two threads). kL2: into L2 (Zen 4, where it beat L1 by 5-14% at
+// m = 1-8). kL1: into L1, and one-row tiles none at all, left to the hardware prefetcher (Zen 5,
+// where against kL2 this took 0.87-0.95x the time at m = 1, 0.86-1.04x at m = 2-12, 0.94-0.99x at
+// m = 16-32). The default is chosen from the processor (default_decode_prefetch);
+// set_decode_prefetch changes it, for tests (the sums do not depend on it) and for measuring.
+enum class DecodePrefetch { kL2 = 0, kL1 = 1 };
+DecodePrefetch default_decode_prefetch();
+DecodePrefetch decode_prefetch();
+void set_decode_prefetch(DecodePrefetch hint);
+
 // An int32 product (no epilogue) of at least this many bytes is stored past the caches
 // (non-temporal stores, VNNI set): it cannot stay cached beside the operands anyway, and ordinary
 // stores read each line of it first. Smaller ones stay cached for whatever reads them next.

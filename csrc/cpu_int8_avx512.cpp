@@ -16,8 +16,8 @@
 // cache. The first row slice of a chunk, which pulls it from memory, prefetches it ahead
 // (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384 and 12288 x 49152
 // weights ran 1.1-2.9x slower on one Zen 5 core). Up to stream_rows() rows of A (decode),
-// gemm_small_m streams the weights instead: each pair of panels read once, prefetched ahead into
-// L2, while every kMR-row slice of A multiplies it from cache.
+// gemm_small_m streams the weights instead: each pair of panels read once, prefetched ahead (into
+// L2 or L1 by processor: DecodePrefetch), while every kMR-row slice of A multiplies it from cache.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -51,8 +51,8 @@ constexpr int64_t kOneBlockAGroupBytes = int64_t{512} << 10;
 constexpr int64_t kPrefetchBytes = 4096;
 
 // Where a micro-kernel prefetches the weights it reads next: nowhere, into L1 (the blocked path's
-// chunk, then read from L2 by every row slice) or into L2 (the decode path's one long stream).
-// The decode stream into L2 instead of L1 (paired in one process, cold weights, Zen 4 VM, two
+// chunk, then read from L2 by every row slice) or into L2 (the decode path's one long stream on
+// processors with DecodePrefetch::kL2). The decode stream into L2 instead of L1 (paired in one process, cold weights, Zen 4 VM, two
 // threads): 0.86-0.95x the time at m = 1-8 and d = 1536-12288, 0.96-0.97x at m = 16-32 and d =
 // 4096-12288 (0.99-1.00x at d = 2048); no prefetch at all: 0.86-1.10x, worse at m = 8; NTA:
 // 0.99-1.02x. The blocked path into L2: 0.996-1.014x (m = 64-2048), so it stays at L1.
@@ -62,8 +62,9 @@ constexpr int64_t kPrefetchBytes = 4096;
 // already read by stream 1). Paired, cold weights, two threads, Zen 4 VM: 0.89-0.96x the time
 // at m = 8 and 12 with d = 1536-4096 (shorter panels gain most), 0.99x at d = 12288; m = 1
 // 0.96-1.00x. Then 1.00-1.15x the time of a plain read of the same bytes (torch.sum) at m = 1-12.
-// Past the last pair it prefetches bytes nobody reads (a prefetch never faults).
-enum class Prefetch { kNone, kL1, kL2, kL2Pairs };
+// Past the last pair it prefetches bytes nobody reads (a prefetch never faults). kL1Pairs: the
+// same into L1 (DecodePrefetch::kL1, cpu_int8.h).
+enum class Prefetch { kNone, kL1, kL2, kL2Pairs, kL1Pairs };
 
 template <Prefetch PF>
 inline void prefetch(const int8_t* p) {
@@ -77,7 +78,7 @@ inline void prefetch(const int8_t* p) {
 // kL2Pairs, past a panel's end it skips the other panel of its pair.
 template <Prefetch PF>
 inline int64_t prefetch_offset(int64_t offset, int64_t panel_bytes) {
-  if constexpr (PF == Prefetch::kL2Pairs)
+  if constexpr (PF == Prefetch::kL2Pairs || PF == Prefetch::kL1Pairs)
     return offset < panel_bytes ? offset : offset + panel_bytes;
   return offset;
 }
@@ -234,7 +235,7 @@ constexpr std::array<KernelRow, 2> kernel_table() {
 // By Prefetch, panels - 1 and rows - 1.
 const std::array<KernelRow, 2> kKernels[] = {
     kernel_table<Prefetch::kNone>(), kernel_table<Prefetch::kL1>(), kernel_table<Prefetch::kL2>(),
-    kernel_table<Prefetch::kL2Pairs>()};
+    kernel_table<Prefetch::kL2Pairs>(), kernel_table<Prefetch::kL1Pairs>()};
 
 // The kernel of an R-row, np-panel tile.
 KernelFn tile_kernel(int R, int np, Prefetch pf) {
@@ -342,7 +343,10 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   // One row slice reads each panel pair over the whole k: its prefetches run on into the next
   // pair. With more, kKC at a time, the second slice prefetches the next block (next_offset).
   const int64_t kc_max = m > kMR ? kKC : k;
-  const Prefetch stream_hint = m > kMR ? Prefetch::kL2 : Prefetch::kL2Pairs;
+  const bool l1 = decode_prefetch() == DecodePrefetch::kL1;
+  const Prefetch stream_hint = m > kMR ? (l1 ? Prefetch::kL1 : Prefetch::kL2)
+                               : m > 1 ? (l1 ? Prefetch::kL1Pairs : Prefetch::kL2Pairs)
+                                       : (l1 ? Prefetch::kNone : Prefetch::kL2Pairs);
   constexpr int64_t sld = kNCp * 16;
 #pragma omp parallel
   {

@@ -598,3 +598,47 @@ def test_stream_rows_rejects_bad_values(stream_rows_restored):
             cpu_ext.set_stream_rows(bad)
     cpu_ext.set_stream_rows(0)
     assert cpu_ext.stream_rows() == 0
+
+
+@pytest.fixture
+def decode_prefetch_restored():
+    before = cpu_ext.decode_prefetch()
+    yield
+    cpu_ext.set_decode_prefetch(before)
+
+
+@pytest.mark.parametrize("prefetch", sorted(cpu_ext.DECODE_PREFETCH))
+def test_decode_prefetch_never_changes_the_numbers(
+    gen, isa_restored, stream_rows_restored, decode_prefetch_restored, prefetch
+):
+    k, n = DECODE_KN[-1]
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    packed = cpu_ext.pack_weight(w)
+    cpu_ext.set_stream_rows(32)
+    for m in (1, 2, 12, 13, 32):  # one row, one row slice, a partial and full second slice
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen)
+        dq = cpu_ext.Dequant(
+            torch.rand(m, generator=gen) + 0.5, torch.rand(n, generator=gen), torch.bfloat16
+        )
+        exact = (a.double() @ w.double().T).to(torch.int64)
+        for isa in kernel_sets_here():
+            cpu_ext.set_isa(isa)
+            cpu_ext.set_decode_prefetch(prefetch)
+            got = cpu_ext.gemm(a, packed, n)
+            fused = bits(cpu_ext.linear(a, packed, n, dq))
+            cpu_ext.set_stream_rows(0)  # the blocked path, with no decode prefetch at all
+            blocked = bits(cpu_ext.linear(a, packed, n, dq))
+            cpu_ext.set_stream_rows(32)
+            assert torch.equal(got.to(torch.int64), exact), (isa, m)
+            assert torch.equal(fused, blocked), (isa, m)
+
+
+def test_decode_prefetch_is_chosen_per_processor_and_checked(decode_prefetch_restored):
+    assert cpu_ext.default_decode_prefetch() in cpu_ext.DECODE_PREFETCH
+    assert cpu_ext.decode_prefetch() in cpu_ext.DECODE_PREFETCH
+    for bad in ("L1", "l3", 1, None):
+        with pytest.raises(InputError, match="decode prefetch must be one of"):
+            cpu_ext.set_decode_prefetch(bad)
+    for name in cpu_ext.DECODE_PREFETCH:
+        cpu_ext.set_decode_prefetch(name)
+        assert cpu_ext.decode_prefetch() == name

@@ -60,6 +60,33 @@ def set_stream_rows(rows: int) -> None:
     _ext.set_stream_rows(rows)
 
 
+#: Where the VNNI decode path prefetches its weight stream, by name (the extension's codes).
+DECODE_PREFETCH = {"l2": 0, "l1": 1}
+
+
+def decode_prefetch() -> str:
+    """Where the VNNI set's decode path prefetches the weights it streams: ``l2`` (into L2) or
+    ``l1`` (into L1; one-row tiles leave it to the hardware prefetcher). A tuning per processor:
+    by default ``l1`` on AMD family 26 (Zen 5), ``l2`` elsewhere (measured on Zen 4). The sums
+    never depend on it."""
+    code = _ext.decode_prefetch()
+    return next(name for name, c in DECODE_PREFETCH.items() if c == code)
+
+
+def default_decode_prefetch() -> str:
+    """The decode prefetch this processor gets by default (:func:`decode_prefetch`)."""
+    code = _ext.default_decode_prefetch()
+    return next(name for name, c in DECODE_PREFETCH.items() if c == code)
+
+
+def set_decode_prefetch(name: str) -> None:
+    """Choose the decode path's prefetch (``l1`` or ``l2``): tests check that both give the same
+    numbers, and ``tests/bench/ab_decode.py --other-prefetch`` pairs them."""
+    if name not in DECODE_PREFETCH:
+        raise InputError(f"decode prefetch must be one of {sorted(DECODE_PREFETCH)}, got {name!r}")
+    _ext.set_decode_prefetch(DECODE_PREFETCH[name])
+
+
 def streaming_store_bytes() -> int:
     """From this many bytes of int32 product on, the VNNI GEMM stores it past the caches
     (non-temporal stores): by default half the last-level cache."""

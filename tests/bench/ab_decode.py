@@ -12,6 +12,9 @@ rotate over enough copies (>= 256 MiB in all) that every call streams them from 
 On a machine shared with other work, ``--threads 1 --clock cpu`` times the calling thread's CPU
 time instead of the wall clock: the kernel's own speed, without the time it spent descheduled
 (with two threads, an OpenMP barrier waiting for a descheduled thread costs a whole time slice).
+``--other-prefetch l1|l2`` adds the decode path under that prefetch hint
+(``cpu_ext.set_decode_prefetch``) to the rotation: decode/other is the processor's default
+against it.
 Run as a script (not collected by pytest); on a shared machine pair many calls::
 
     PYTHONPATH=. python tests/bench/ab_decode.py --d 1536,4096,12288 --m 1,8,32 --pairs 40
@@ -48,7 +51,7 @@ def _read(packed: torch.Tensor) -> float:
     return clock() - t0
 
 
-def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
+def measure(m: int, d: int, pairs: int, isa: str, other: str | None = None) -> dict[str, float]:
     k, n = d, 4 * d
     gen = torch.Generator().manual_seed(d + m)
     copies = max(1, math.ceil(COLD_BYTES / (n * k)))
@@ -62,6 +65,7 @@ def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
     )
     cpu_ext.set_isa(isa)
     before = cpu_ext.stream_rows()
+    hint = cpu_ext.decode_prefetch()
     try:
         outs = {}
         for rows in (m, 0):  # warm up; the two paths agree bit for bit
@@ -69,28 +73,39 @@ def measure(m: int, d: int, pairs: int, isa: str) -> dict[str, float]:
             outs[rows] = cpu_ext.linear(a, packed[0], n, dq).view(torch.int16)
         if not torch.equal(outs[m], outs[0]):
             raise SystemExit(f"m={m} d={d}: the decode and blocked paths differ")
-        ratios, read_ratios, decode_s, read_s = [], [], [], []
-        calls = ("decode", "blocked", "read")
+        ratios, read_ratios, other_ratios, decode_s, read_s = [], [], [], [], []
+        calls = ("decode", "blocked", "read") + (("other",) if other else ())
         for i in range(pairs):
-            order = calls[i % 3 :] + calls[: i % 3]
+            order = calls[i % len(calls) :] + calls[: i % len(calls)]
             t = {}
             for j, call in enumerate(order):
-                weights = packed[(3 * i + j) % copies]
+                weights = packed[(len(calls) * i + j) % copies]
                 if call == "read":
                     t[call] = _read(weights)
+                elif call == "other":
+                    cpu_ext.set_decode_prefetch(other)
+                    t[call] = _call(a, weights, n, dq, m)
+                    cpu_ext.set_decode_prefetch(hint)
                 else:
                     t[call] = _call(a, weights, n, dq, m if call == "decode" else 0)
+            if other:
+                other_ratios.append(t["decode"] / t["other"])
             ratios.append(t["decode"] / t["blocked"])
             read_ratios.append(t["decode"] / t["read"])
             decode_s.append(t["decode"])
             read_s.append(t["read"])
     finally:
         cpu_ext.set_stream_rows(before)
+        cpu_ext.set_decode_prefetch(hint)
     lo, hi = median_interval(ratios) or (math.nan, math.nan)
     read_lo, read_hi = median_interval(read_ratios) or (math.nan, math.nan)
     q1, med, q3 = statistics.quantiles(ratios, n=4)
+    other_lo, other_hi = median_interval(other_ratios) or (math.nan, math.nan)
     t = statistics.median(decode_s)
     return {
+        "other": statistics.median(other_ratios) if other_ratios else math.nan,
+        "other_lo": other_lo,
+        "other_hi": other_hi,
         "ratio": med,
         "lo": lo,
         "hi": hi,
@@ -114,6 +129,7 @@ def main() -> None:
     p.add_argument("--isa", default=cpu_ext.isa())
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    p.add_argument("--other-prefetch", choices=sorted(cpu_ext.DECODE_PREFETCH), default=None)
     args = p.parse_args()
     if args.clock == "cpu" and args.threads != 1:
         raise SystemExit("--clock cpu times the calling thread only: use it with --threads 1")
@@ -121,18 +137,26 @@ def main() -> None:
     clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     print(
-        f"isa={args.isa} threads={torch.get_num_threads()} clock={args.clock}; "
+        f"isa={args.isa} threads={torch.get_num_threads()} clock={args.clock} "
+        f"decode prefetch={cpu_ext.decode_prefetch()}; "
         "decode/blocked: median [95% CI] (quartiles); decode/read: median [95% CI]; "
         "decode path: median ms, weight GB/s, the read's GB/s, int8 TOPS"
     )
     for d in (int(v) for v in args.d.split(",")):
         for m in (int(v) for v in args.m.split(",")):
-            r = measure(m, d, args.pairs, args.isa)
+            r = measure(m, d, args.pairs, args.isa, args.other_prefetch)
+            vs_other = (
+                f"  decode/{args.other_prefetch} {r['other']:.3f} "
+                f"[{r['other_lo']:.3f}, {r['other_hi']:.3f}]"
+                if args.other_prefetch
+                else ""
+            )
             print(
                 f"d={d:>5} m={m:>2}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] "
                 f"({r['q1']:.3f}, {r['q3']:.3f})  read {r['read']:.3f} "
                 f"[{r['read_lo']:.3f}, {r['read_hi']:.3f}]  {r['ms']:.3f} ms  "
-                f"{r['GB/s']:.1f} GB/s (read {r['read GB/s']:.1f})  {r['TOPS']:.2f} TOPS",
+                f"{r['GB/s']:.1f} GB/s (read {r['read GB/s']:.1f})  {r['TOPS']:.2f} TOPS"
+                f"{vs_other}",
                 flush=True,
             )
 
