@@ -226,7 +226,8 @@ DecodePrefetch default_decode_prefetch() {
   if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return DecodePrefetch::kL2;
   const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // AuthenticAMD
   if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return DecodePrefetch::kL2;
-  const unsigned base = (eax >> 8) & 0xf, family = base == 0xf ? base + ((eax >> 20) & 0xff) : base;
+  const unsigned base = (eax >> 8) & 0xf;
+  const unsigned family = base == 0xf ? base + ((eax >> 20) & 0xff) : base;
   return family == 26 ? DecodePrefetch::kL1 : DecodePrefetch::kL2;
 }
 

@@ -64,9 +64,10 @@ void set_stream_rows(int64_t rows);
 // Where the VNNI set's decode path prefetches the weight stream, a tuning per processor (paired
 // in one process, cold weights, two threads). kL2: into L2 (Zen 4, where it beat L1 by 5-14% at
 // m = 1-8). kL1: into L1, and one-row tiles none at all, left to the hardware prefetcher (Zen 5,
-// where against kL2 this took 0.87-0.95x the time at m = 1, 0.86-1.04x at m = 2-12, 0.94-0.99x at
-// m = 16-32). The default is chosen from the processor (default_decode_prefetch);
-// set_decode_prefetch changes it, for tests (the sums do not depend on it) and for measuring.
+// where against kL2 this took 0.85-0.88x the time at m = 1, 0.82-0.97x at m = 2-12, 0.95-0.99x at
+// m = 16-32, d = 1536-12288: tests/bench/ab_decode.py --other-prefetch l2). The default is
+// chosen from the processor (default_decode_prefetch); set_decode_prefetch changes it, for tests
+// (the sums do not depend on it) and for measuring.
 enum class DecodePrefetch { kL2 = 0, kL1 = 1 };
 DecodePrefetch default_decode_prefetch();
 DecodePrefetch decode_prefetch();

@@ -52,10 +52,11 @@ constexpr int64_t kPrefetchBytes = 4096;
 
 // Where a micro-kernel prefetches the weights it reads next: nowhere, into L1 (the blocked path's
 // chunk, then read from L2 by every row slice) or into L2 (the decode path's one long stream on
-// processors with DecodePrefetch::kL2). The decode stream into L2 instead of L1 (paired in one process, cold weights, Zen 4 VM, two
-// threads): 0.86-0.95x the time at m = 1-8 and d = 1536-12288, 0.96-0.97x at m = 16-32 and d =
-// 4096-12288 (0.99-1.00x at d = 2048); no prefetch at all: 0.86-1.10x, worse at m = 8; NTA:
-// 0.99-1.02x. The blocked path into L2: 0.996-1.014x (m = 64-2048), so it stays at L1.
+// processors with DecodePrefetch::kL2). The decode stream into L2 instead of L1 (paired in one
+// process, cold weights, Zen 4 VM, two threads): 0.86-0.95x the time at m = 1-8 and d =
+// 1536-12288, 0.96-0.97x at m = 16-32 and d = 4096-12288 (0.99-1.00x at d = 2048); no prefetch at
+// all: 0.86-1.10x, worse at m = 8; NTA: 0.99-1.02x. The blocked path into L2: 0.996-1.014x
+// (m = 64-2048), so it stays at L1.
 // kL2Pairs: into L2, for a kernel that reads its panel pair whole (decode, one row slice): past
 // the end of its panels the prefetches go on into the thread's next pair (panels p + 2 and p + 3,
 // next in memory), whose starts otherwise came on demand (stream 0 prefetched panel p + 1,
