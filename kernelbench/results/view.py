@@ -230,12 +230,15 @@ def slow_calls(row: pd.Series | dict) -> dict:
 @dataclasses.dataclass(frozen=True)
 class RoundMedians:
     """A paired pooled row's medians in each of its rounds, in order: its speedup, its own
-    time and its 16-bit baseline's time (ms). Rounds that disagree while each is tight say the
-    machine moved between them, and which call moved more."""
+    time and its 16-bit baseline's time (ms), and the bus bandwidth read just before its calls
+    (GB/s; empty when its calls read none: hot caches, CUDA). Rounds that disagree while each
+    is tight say the machine moved between them, which call moved more, and whether the bus
+    did."""
 
     speedups: list[float]
     row_ms: list[float]
     baseline_ms: list[float]
+    bus_gbps: list[float] = dataclasses.field(default_factory=list)
 
     @staticmethod
     def moved(values: list[float]) -> float | None:
@@ -249,6 +252,8 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
     sizes = list(row.get("round_samples") or [])
     raw = list(row.get("raw_ms") or [])
     base = list(row.get("baseline_raw_ms") or [])
+    bus = row.get("bus_gbps")
+    bus = list(bus) if isinstance(bus, list | tuple) and len(bus) == len(raw) else []
     out = RoundMedians([], [], [])
     if not sizes or sum(sizes) != len(raw) or len(base) != len(raw):
         return out
@@ -260,6 +265,8 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
             out.speedups.append(float(pd.Series(ratios).median()))
             out.row_ms.append(float(pd.Series(times).median()))
             out.baseline_ms.append(float(pd.Series(bases).median()))
+            if bus:
+                out.bus_gbps.append(float(pd.Series(bus[at : at + size]).median()))
         at += size
     return out
 
