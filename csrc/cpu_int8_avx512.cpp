@@ -35,16 +35,26 @@ namespace avx512vnni {
 namespace {
 
 constexpr int kMR = 12;    // rows of A per micro-kernel call (12 x 2 accumulators + 3 = 27 zmm)
-constexpr int kKC = 2048;  // k values per block (a multiple of 4)
-constexpr int kNCp = 8;    // panels (of 16 columns) per L2 chunk: kNCp * kKC * 16 bytes of B
+// k values per block of the blocked path (a multiple of 4): a chunk of kNCp panels is then at
+// most 512 KiB of B, and k up to 4096 is one block (no scratch summed across blocks). Against
+// 2048 (paired in one process, Zen 5 VM, two threads, 2048 tokens, 8-15 reps a run): 0.949-0.968
+// the time at 2048 x 3072 x 768 and 0.969-0.980 at 2048 x 4096 x 1024 (three runs), 0.975-0.997
+// at 2048 x 2560 x 10240 (two), 0.967-0.998 at k = 6144-16384, 0.991-0.998 at 2048 x 5140 x
+// 20560, 0.990-1.001 where k <= 2048 (one block either way). 8192: no better. Measured on Zen 5
+// only.
+constexpr int kKC = 4096;
+// k values per block of the decode path past one row slice (see gemm_small_m).
+constexpr int kDecodeKC = 2048;
+constexpr int kNCp = 8;  // panels (of 16 columns) per L2 chunk: kNCp * kKC * 16 bytes of B
 constexpr int kQuadBytes = kMR * 4;  // one quad of a packed row block of A
 // When k is one block, every panel chunk sweeps the row group's whole A: in groups of 512 KiB
 // it stays in L2 (1 MiB per core on Zen 4 and 5) beside the chunk instead of coming from L3.
 // With pack_a's vector loop, against 2 MiB groups and the scalar loop (paired in one process,
 // Zen 4 VM, two threads, ffn1 at 2048 tokens): 0.977 [0.972, 0.989] the time at d = 768, 0.982
 // [0.978, 0.990] at 1024, 0.994 [0.989, 0.999] at 1536, 0.990 [0.982, 0.997] at 2048. Past one
-// k block 512 KiB groups were slower (about 1.015x at d = 2560 and 5140: the weights are read
-// once per group), so those keep kAGroupBytes.
+// k block 512 KiB groups were slower (about 1.015x at d = 2560 and 5140 with 2048-value blocks:
+// the weights are read once per group), so those keep kAGroupBytes. k = 2560-4096 became one
+// block with kKC = 4096, its 512 KiB groups included in that change's figures.
 constexpr int64_t kOneBlockAGroupBytes = int64_t{512} << 10;
 // How far ahead (bytes of one panel) the decode path prefetches the weights: the hardware
 // prefetcher stops at every 4 KiB page, and a panel of the decode path is one long stream.
@@ -324,8 +334,8 @@ PackedA pack_a(const int8_t* a, int64_t m, int64_t k) {
 // so each is read once. Each thread takes its range of panels two at a time (two sequential
 // streams, prefetched ahead) and finishes kNCp panels at a time. With one row slice (m <= kMR)
 // a panel pair is read over the whole k at once, its sums in registers throughout; with more,
-// kKC k values at a time, which the first row slice pulls from memory and the others read from
-// cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
+// kDecodeKC k values at a time, which the first row slice pulls from memory and the others read
+// from cache (over the whole k, the pair and all of A outgrow L2 at large k: at 32 x 12288 this
 // halved the throughput). A full second slice prefetches the block read next meanwhile; a
 // shorter one does not: it finishes too fast to hide the prefetches of a whole block, which then
 // held it waiting on memory instead of overlapping the first slice's compute (m = 13-20 ran
@@ -342,8 +352,8 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const PackedA ap = pack_a(a, m, k);
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   // One row slice reads each panel pair over the whole k: its prefetches run on into the next
-  // pair. With more, kKC at a time, the second slice prefetches the next block (next_offset).
-  const int64_t kc_max = m > kMR ? kKC : k;
+  // pair. With more, kDecodeKC at a time, the second slice prefetches the next block.
+  const int64_t kc_max = m > kMR ? kDecodeKC : k;
   const bool l1 = decode_prefetch() == DecodePrefetch::kL1;
   const Prefetch stream_hint = m > kMR ? (l1 ? Prefetch::kL1 : Prefetch::kL2)
                                : m > 1 ? (l1 ? Prefetch::kL1Pairs : Prefetch::kL2Pairs)

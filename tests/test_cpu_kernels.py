@@ -325,6 +325,7 @@ FUSED_SHAPES = [
     (19, 4099, 107),  # 7 panels: a one-panel tile at the end of a chunk, on one thread or two
     (260, 16391, 40),  # past one group of rows (2 MiB of packed A: 120 rows at this k)
     (1100, 2048, 40),  # one k block, row groups of 252 rows (VNNI) or 1026 (AVX2), the last partial
+    (150, 4093, 72),  # one VNNI k block of odd k (a half quad), several AVX2 ones
 ]
 
 
@@ -506,6 +507,7 @@ INT32_SHAPES = [
     (45, 4099, 256),
     (260, 16391, 40),  # three row groups (2 MiB of packed A: 120 rows at this k), the last partial
     (1100, 2048, 40),  # one k block, row groups of 252 rows (VNNI) or 1026 (AVX2), the last partial
+    (150, 4093, 72),  # one VNNI k block of odd k (a half quad), several AVX2 ones
 ]
 
 
