@@ -60,8 +60,9 @@ def set_stream_rows(rows: int) -> None:
     _ext.set_stream_rows(rows)
 
 
-#: Where the VNNI decode path prefetches its weight stream, by name (the extension's codes).
-DECODE_PREFETCH = {"l2": 0, "l1": 1}
+#: Where the VNNI decode path prefetches its weight stream, by name; the index of each is the
+#: extension's code for it.
+DECODE_PREFETCH = ("l2", "l1")
 
 
 def decode_prefetch() -> str:
@@ -69,14 +70,12 @@ def decode_prefetch() -> str:
     ``l1`` (into L1; one-row tiles leave it to the hardware prefetcher). A tuning per processor:
     by default ``l1`` on AMD family 26 (Zen 5), ``l2`` elsewhere (measured on Zen 4). The sums
     never depend on it."""
-    code = _ext.decode_prefetch()
-    return next(name for name, c in DECODE_PREFETCH.items() if c == code)
+    return DECODE_PREFETCH[_ext.decode_prefetch()]
 
 
 def default_decode_prefetch() -> str:
     """The decode prefetch this processor gets by default (:func:`decode_prefetch`)."""
-    code = _ext.default_decode_prefetch()
-    return next(name for name, c in DECODE_PREFETCH.items() if c == code)
+    return DECODE_PREFETCH[_ext.default_decode_prefetch()]
 
 
 def set_decode_prefetch(name: str) -> None:
@@ -84,7 +83,7 @@ def set_decode_prefetch(name: str) -> None:
     numbers, and ``tests/bench/ab_decode.py --other-prefetch`` pairs them."""
     if name not in DECODE_PREFETCH:
         raise InputError(f"decode prefetch must be one of {sorted(DECODE_PREFETCH)}, got {name!r}")
-    _ext.set_decode_prefetch(DECODE_PREFETCH[name])
+    _ext.set_decode_prefetch(DECODE_PREFETCH.index(name))
 
 
 def streaming_store_bytes() -> int:
