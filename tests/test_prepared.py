@@ -111,13 +111,15 @@ def test_a_later_round_reuses_the_runners_an_earlier_round_kept(monkeypatch):
         room.clear()
         rows = list(measure_cell(later, case, opts, estimator, prepared=cache))
         # a kept runner has had its first call; a rebuilt one (milliseconds long) gets one;
-        # a kept cell draws no inputs and makes no room (custom fp16, skipped, has no runner)
+        # a kept cell draws no inputs (custom fp16, skipped, has no runner)
         assert len(builds) == len(first_calls) == built_again
-        working_set = harness.WORKING_SET_PER_WEIGHT_BYTE * 768 * 3072 * 2
+        weight_bytes = 768 * 3072 * 2
+        working_set = harness.WORKING_SET_PER_WEIGHT_BYTE * weight_bytes
+        timing = harness.RESERVE_PER_WEIGHT_BYTE * weight_bytes + harness.RESERVE_BYTES
         if built_again:
             assert [c[1] for c in room].count(working_set) == 1
-        else:  # nor does it look for room to build a runner it has (which gives the heap back)
-            assert room == []
+        else:  # nor does it look for room to build a runner it has, only for its timing
+            assert [c[1] for c in room] == [timing]
         assert len(draws) == (1 if built_again else 0)
         draws.clear()
         first_calls.clear()
@@ -266,3 +268,27 @@ def test_fp32_is_measured_in_round_0_only():
     r1 = {(r.backend, r.method) for r in r1 if r.status == "ok"}
     assert ("torch", "fp32") in r0 and ("torch", "fp32") not in r1
     assert ("custom", "int8_raw") in r1
+
+
+def test_a_kept_cell_lets_other_layers_and_cells_go_when_its_timing_lacks_room(monkeypatch):
+    """A cell timed from what an earlier round kept still needs memory for its calls' outputs
+    and temporaries: another layer held for building is let go, and so are other kept cells
+    while the system has too little free."""
+    from kernelbench.run import prepared as keeping
+
+    case = load_case("gpt3")
+    opts = replace(tiny_opts(methods=("fp16", "int8_raw"), rounds=2), sizes=(768, 1024))
+    items = plan(case, opts)
+    assert [(i.size.d_model, i.round) for i in items] == [(768, 0), (1024, 0), (768, 1), (1024, 1)]
+    cache, estimator = PreparedCells(1 << 40), CallEstimator()
+    for item in items[:2]:
+        list(measure_cell(item, case, opts, estimator, prepared=cache))
+    cell_768, cell_1024 = ((768, "ffn1", "outliers"), 8), ((1024, "ffn1", "outliers"), 8)
+    assert cache.get(cell_768) and cache.get(cell_1024) and cache.layer(cell_1024[0])
+    builds = _recorded_calls(monkeypatch, type(all_backends()["custom"]), "runner")
+    monkeypatch.setattr(keeping, "available_bytes", lambda: 0)  # no room for anything else
+    rows = list(measure_cell(items[2], case, opts, estimator, prepared=cache))
+    assert builds == []  # timed from the kept runners...
+    assert all(r.status in ("ok", "skipped") for r in rows)
+    assert cache.layer(cell_1024[0]) is None  # ... without the other layer...
+    assert cache.get(cell_1024) is None and cache.get(cell_768) is not None  # ... or its cell

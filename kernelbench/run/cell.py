@@ -200,9 +200,17 @@ def _measure_plan(
     layer_key = (item.size.d_model, item.layer, item.dist)
     cell_key = (layer_key, m)
     kept = prepared.get(cell_key) if prepared is not None else None
-    if prepared is not None and (kept is None or any(p not in kept.runners for p in todo)):
+    weight_bytes = k * n * dtype.itemsize
+    reserve = RESERVE_PER_WEIGHT_BYTE * weight_bytes + RESERVE_BYTES
+    if prepared is not None:
+        # another layer's inputs and prepared weights are not needed here, and a kept cell's
+        # timing needs room too (outputs and the methods' temporaries, gigabytes at 175B):
+        # what other kept cells hold must never leave it short
         prepared.release_layer(unless=layer_key)
-        prepared.make_room(WORKING_SET_PER_WEIGHT_BYTE * k * n * dtype.itemsize, keep=cell_key)
+        whole = kept is not None and all(p in kept.runners for p in todo)
+        prepared.make_room(
+            reserve if whole else WORKING_SET_PER_WEIGHT_BYTE * weight_bytes, keep=cell_key
+        )
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
     engine = MeasurementEngine(device, opts.timer, opts.stage_timer, cache=opts.cache)
     in_use = memory_in_use(device)
@@ -226,7 +234,6 @@ def _measure_plan(
     ready: list[_Prepared] = []  # built, waiting for the cycles
     reused_layer: bool | None = None
     measured: list[_Prepared] = []
-    reserve = RESERVE_PER_WEIGHT_BYTE * k * n * dtype.itemsize + RESERVE_BYTES
     for row in plan.rows:
         backend_name, method = row.backend, row.method
         row.seed, row.planted_outlier_cols = inputs.seed, inputs.planted_outliers
@@ -320,7 +327,9 @@ WORKING_SET_PER_WEIGHT_BYTE = 14
 #: While the rows of a cell are built, at least this much memory stays free (per byte of the
 #: 16-bit weight, plus RESERVE_BYTES): room for the next runner's build. When less is free, the
 #: rows built so far are timed (in cycles with the baseline) and freed before the rest are
-#: built, so a cell too large to hold every runner at once is measured in groups.
+#: built, so a cell too large to hold every runner at once is measured in groups. A cell whose
+#: runners were all kept from an earlier round needs as much free for its timing: at 175B
+#: shapes on the CPU its calls' outputs and temporaries took 4 GB over a 1.2 GB weight.
 RESERVE_PER_WEIGHT_BYTE = 4
 RESERVE_BYTES = 1 << 30
 

@@ -123,8 +123,8 @@ class PreparedCells:
         self,
         needed_bytes: int,
         keep: Hashable = None,
-        available=available_bytes,
-        release=release_free_memory,
+        available=None,
+        release=None,
     ) -> None:
         """Let kept cells go (least recently used first) while the system has less than
         ``needed_bytes`` free (after giving back the heap's free pages): a cell about to be
@@ -134,6 +134,8 @@ class PreparedCells:
         others = [k for k in self._cells if k != keep]
         if not others:
             return
+        available = available or available_bytes
+        release = release or release_free_memory
         free = available_after_release(needed_bytes, available, release)
         while others and free is not None and free < needed_bytes:
             victim = others.pop(0)
