@@ -68,10 +68,12 @@ def test_cells_are_let_go_while_memory_is_short_never_the_one_about_to_run():
     for key in ("a", "b", "c"):
         cache.offer(key, cell(10))
     cache.get("a")  # least recently used: "b", then "c", then "a"
-    free = iter([5, 5, 7, 50])
+    free = iter([5, 5, 7, 7, 50])
     released: list[int] = []
     cache.make_room(20, keep="b", available=lambda: next(free), release=lambda: released.append(1))
-    assert released == [1]  # the heap's free pages were given back before any cell went
+    # the heap's free pages were given back before any cell went, and after each one let go
+    # while still short (what it held may sit in the heap)
+    assert released == [1, 1]
     assert len(cache) == 1 and cache.get("b") is not None  # "c" and "a" went first
     free = iter([5, 50])  # giving back the heap's free pages was enough
     cache.make_room(20, keep="b", available=lambda: next(free), release=lambda: None)

@@ -141,7 +141,9 @@ class PreparedCells:
             victim = others.pop(0)
             del self._cells[victim]
             gc.collect()
-            free = available()
+            # what the cell held may sit in the heap (allocated while timing reused freed
+            # memory): given back, or the system's free memory would not show it
+            free = available_after_release(needed_bytes, available, release)
 
     def offer(self, key: Hashable, cell: PreparedCell) -> bool:
         """Keep ``cell`` under ``key`` if it fits (pushing out smaller cells); True if kept."""
