@@ -294,6 +294,46 @@ def test_packed_columns_read_back_the_weights(gen, shape):
     assert packed.numel() >= n * k and packed.data_ptr() % 64 == 0
 
 
+def test_a_large_packed_weight_lies_in_huge_pages_and_reads_the_same(gen):
+    """A weight of a huge page or more is packed into a huge-page-aligned mapping advised for
+    transparent huge pages (where the platform has them); the bytes, and every product, are
+    those of the ordinary buffer, and the mapping goes with the last tensor on it."""
+    import gc
+    import mmap
+
+    n, k = 2048, 1100  # just over one huge page of packed bytes
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    huge, small = cpu_ext.pack_weight(w), cpu_ext.pack_weight(w, huge_pages=False)
+    assert huge.numel() >= cpu_ext.HUGE_PAGE_BYTES and torch.equal(huge, small)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert huge.data_ptr() % cpu_ext.HUGE_PAGE_BYTES == 0
+    a = torch.randint(-128, 128, (3, k), dtype=torch.int8, generator=gen)
+    assert torch.equal(cpu_ext.gemm(a, huge, n), cpu_ext.gemm(a, small, n))
+    corner = w[:8, :64].contiguous()
+    tiny = cpu_ext.pack_weight(corner)  # under a huge page: the ordinary buffer
+    assert tiny.data_ptr() % 64 == 0 and torch.equal(tiny, cpu_ext.pack_weight(corner, False))
+    try:
+        with open("/proc/self/maps") as f:
+            before = f.read().count("\n")
+    except OSError:
+        return
+    for _ in range(8):
+        huge = cpu_ext.pack_weight(w)
+    del huge
+    gc.collect()
+    with open("/proc/self/maps") as f:
+        assert f.read().count("\n") <= before  # no mapping outlives its tensor
+
+
+def test_the_huge_page_setting_is_read_from_the_system(tmp_path, monkeypatch):
+    setting = tmp_path / "enabled"
+    setting.write_text("always [madvise] never\n")
+    monkeypatch.setattr(cpu_ext, "THP_SETTING", str(setting))
+    assert cpu_ext.huge_page_setting() == "madvise"
+    monkeypatch.setattr(cpu_ext, "THP_SETTING", str(tmp_path / "missing"))
+    assert cpu_ext.huge_page_setting() == ""
+
+
 def test_packed_columns_reject_bad_input(gen):
     w = torch.randint(-128, 128, (20, 9), dtype=torch.int8, generator=gen)
     packed = cpu_ext.pack_weight(w)

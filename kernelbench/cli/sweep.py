@@ -160,7 +160,9 @@ def _prepare(req: RunRequest) -> _Prepared:
     from kernelbench.backends import backend_status
     from kernelbench.kernels import cpu_ext
 
-    env = envmod.collect(dev, sys.argv[1:], kernel_isa=cpu_ext.isa())
+    env = envmod.collect(
+        dev, sys.argv[1:], kernel_isa=cpu_ext.isa(), huge_pages=cpu_ext.huge_page_setting()
+    )
     env["backends"] = backend_status(dev, names=dict.fromkeys(b for b, _ in pairs))
     return _Prepared(the_case, opts, items, pairs, runner, dev, env)
 

@@ -34,10 +34,11 @@ INT8_FLAGS = (
 PEERS = ("bitsandbytes", "torchao", "triton", "numpy", "pandas")
 
 
-def cpu_info(kernel_isa: str | None = None) -> dict:
+def cpu_info(kernel_isa: str | None = None, huge_pages: str | None = None) -> dict:
     """The CPU's model, int8-relevant flags and cores; ``kernel_isa`` is the kernel set the
-    ``custom`` CPU kernels run (``kernelbench.kernels.cpu_ext.isa()``), recorded when the caller
-    knows it."""
+    ``custom`` CPU kernels run (``kernelbench.kernels.cpu_ext.isa()``) and ``huge_pages`` the
+    system's transparent huge page setting their packed weights get
+    (``cpu_ext.huge_page_setting()``), each recorded when the caller knows it."""
     model, flags = platform.processor() or "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -53,6 +54,7 @@ def cpu_info(kernel_isa: str | None = None) -> dict:
         "cores": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "kernel_isa": kernel_isa,
+        "huge_pages": huge_pages,
         "identity": cpu_identity(),
     }
 
@@ -242,6 +244,7 @@ def collect(
     argv: list[str],
     extra: dict | None = None,
     kernel_isa: str | None = None,
+    huge_pages: str | None = None,
 ) -> dict:
     """``env.json``: command, machine, versions, device; ``extra`` is merged in last."""
     from kernelbench.results.schema import SCHEMA_VERSION
@@ -259,7 +262,7 @@ def collect(
         "git_commit": git_commit(),
         "device": str(device),
         "device_class": device_class(device),
-        "cpu": cpu_info(kernel_isa),
+        "cpu": cpu_info(kernel_isa, huge_pages),
         "threads": torch.get_num_threads(),
         "cuda": cuda_info(device),
         "libraries": library_versions(),

@@ -85,7 +85,9 @@ def _node_env(device: str, threads: int | None, node: dict) -> dict:
         torch.set_num_threads(threads)
     from kernelbench.kernels import cpu_ext
 
-    info = envmod.collect(torch.device(device), [], kernel_isa=cpu_ext.isa())
+    info = envmod.collect(
+        torch.device(device), [], kernel_isa=cpu_ext.isa(), huge_pages=cpu_ext.huge_page_setting()
+    )
     for key in ("command", "argv", "schema_version"):
         info.pop(key, None)
     info.update(node_id=node["NodeID"], node_ip=node["NodeManagerAddress"])

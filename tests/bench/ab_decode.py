@@ -14,7 +14,10 @@ time instead of the wall clock: the kernel's own speed, without the time it spen
 (with two threads, an OpenMP barrier waiting for a descheduled thread costs a whole time slice).
 ``--other-prefetch l1|l2`` adds the decode path under that prefetch hint
 (``cpu_ext.set_decode_prefetch``) to the rotation: decode/other is the processor's default
-against it.
+against it. ``--other-pages`` adds instead the decode path on weights packed into small pages
+(``pack_weight(..., huge_pages=False)``, copies of their own): decode/other is the packed
+weights' transparent huge pages against 4 KiB pages (``cpu_ext.huge_page_setting()`` must
+allow them: ``madvise`` or ``always``).
 Run as a script (not collected by pytest); on a shared machine pair many calls::
 
     PYTHONPATH=. python tests/bench/ab_decode.py --d 1536,4096,12288 --m 1,8,32 --pairs 40
@@ -51,14 +54,18 @@ def _read(packed: torch.Tensor) -> float:
     return clock() - t0
 
 
-def measure(m: int, d: int, pairs: int, isa: str, other: str | None = None) -> dict[str, float]:
+def measure(
+    m: int, d: int, pairs: int, isa: str, other: str | None = None, other_pages: bool = False
+) -> dict[str, float]:
     k, n = d, 4 * d
     gen = torch.Generator().manual_seed(d + m)
     copies = max(1, math.ceil(COLD_BYTES / (n * k)))
-    packed = [
-        cpu_ext.pack_weight(torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen))
-        for _ in range(copies)
+    weights = [
+        torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen) for _ in range(copies)
     ]
+    packed = [cpu_ext.pack_weight(w) for w in weights]
+    small_pages = [cpu_ext.pack_weight(w, huge_pages=False) for w in weights] if other_pages else []
+    del weights
     a = torch.randint(-127, 128, (m, k), dtype=torch.int8, generator=gen)
     dq = cpu_ext.Dequant(
         torch.rand(m, generator=gen) + 0.5, torch.rand(n, generator=gen) * 1e-3, torch.bfloat16
@@ -74,7 +81,7 @@ def measure(m: int, d: int, pairs: int, isa: str, other: str | None = None) -> d
         if not torch.equal(outs[m], outs[0]):
             raise SystemExit(f"m={m} d={d}: the decode and blocked paths differ")
         ratios, read_ratios, other_ratios, decode_s, read_s = [], [], [], [], []
-        calls = ("decode", "blocked", "read") + (("other",) if other else ())
+        calls = ("decode", "blocked", "read") + (("other",) if other or other_pages else ())
         for i in range(pairs):
             order = calls[i % len(calls) :] + calls[: i % len(calls)]
             t = {}
@@ -82,13 +89,15 @@ def measure(m: int, d: int, pairs: int, isa: str, other: str | None = None) -> d
                 weights = packed[(len(calls) * i + j) % copies]
                 if call == "read":
                     t[call] = _read(weights)
+                elif call == "other" and other_pages:
+                    t[call] = _call(a, small_pages[(len(calls) * i + j) % copies], n, dq, m)
                 elif call == "other":
                     cpu_ext.set_decode_prefetch(other)
                     t[call] = _call(a, weights, n, dq, m)
                     cpu_ext.set_decode_prefetch(hint)
                 else:
                     t[call] = _call(a, weights, n, dq, m if call == "decode" else 0)
-            if other:
+            if other or other_pages:
                 other_ratios.append(t["decode"] / t["other"])
             ratios.append(t["decode"] / t["blocked"])
             read_ratios.append(t["decode"] / t["read"])
@@ -129,7 +138,9 @@ def main() -> None:
     p.add_argument("--isa", default=cpu_ext.isa())
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
-    p.add_argument("--other-prefetch", choices=sorted(cpu_ext.DECODE_PREFETCH), default=None)
+    other = p.add_mutually_exclusive_group()
+    other.add_argument("--other-prefetch", choices=sorted(cpu_ext.DECODE_PREFETCH), default=None)
+    other.add_argument("--other-pages", action="store_true")
     args = p.parse_args()
     if args.clock == "cpu" and args.threads != 1:
         raise SystemExit("--clock cpu times the calling thread only: use it with --threads 1")
@@ -138,17 +149,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(
         f"isa={args.isa} threads={torch.get_num_threads()} clock={args.clock} "
-        f"decode prefetch={cpu_ext.decode_prefetch()}; "
+        f"decode prefetch={cpu_ext.decode_prefetch()} "
+        f"huge pages={cpu_ext.huge_page_setting() or 'none'}; "
         "decode/blocked: median [95% CI] (quartiles); decode/read: median [95% CI]; "
         "decode path: median ms, weight GB/s, the read's GB/s, int8 TOPS"
     )
     for d in (int(v) for v in args.d.split(",")):
         for m in (int(v) for v in args.m.split(",")):
-            r = measure(m, d, args.pairs, args.isa, args.other_prefetch)
+            r = measure(m, d, args.pairs, args.isa, args.other_prefetch, args.other_pages)
+            name = "4k-pages" if args.other_pages else args.other_prefetch
             vs_other = (
-                f"  decode/{args.other_prefetch} {r['other']:.3f} "
-                f"[{r['other_lo']:.3f}, {r['other_hi']:.3f}]"
-                if args.other_prefetch
+                f"  decode/{name} {r['other']:.3f} [{r['other_lo']:.3f}, {r['other_hi']:.3f}]"
+                if name
                 else ""
             )
             print(
