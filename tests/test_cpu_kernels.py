@@ -303,12 +303,15 @@ def test_a_large_packed_weight_lies_in_huge_pages_and_reads_the_same(gen):
 
     n, k = 2048, 1100  # just over one huge page of packed bytes
     w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    mapped = cpu_ext.huge_page_bytes()
     huge, small = cpu_ext.pack_weight(w), cpu_ext.pack_weight(w, huge_pages=False)
     assert huge.numel() >= cpu_ext.HUGE_PAGE_BYTES and torch.equal(huge, small)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         assert huge.data_ptr() % cpu_ext.HUGE_PAGE_BYTES == 0
     a = torch.randint(-128, 128, (3, k), dtype=torch.int8, generator=gen)
     assert torch.equal(cpu_ext.gemm(a, huge, n), cpu_ext.gemm(a, small, n))
+    if hasattr(mmap, "MADV_HUGEPAGE"):  # counted while mapped (the heap does not see it)
+        assert cpu_ext.huge_page_bytes() >= mapped + huge.numel()
     corner = w[:8, :64].contiguous()
     tiny = cpu_ext.pack_weight(corner)  # under a huge page: the ordinary buffer
     assert tiny.data_ptr() % 64 == 0 and torch.equal(tiny, cpu_ext.pack_weight(corner, False))
@@ -323,6 +326,7 @@ def test_a_large_packed_weight_lies_in_huge_pages_and_reads_the_same(gen):
     gc.collect()
     with open("/proc/self/maps") as f:
         assert f.read().count("\n") <= before  # no mapping outlives its tensor
+    assert cpu_ext.huge_page_bytes() == mapped  # ... nor its count
 
 
 def test_the_huge_page_setting_is_read_from_the_system(tmp_path, monkeypatch):

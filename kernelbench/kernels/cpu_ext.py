@@ -9,6 +9,7 @@ allocated here); -128 is accepted in both int8 operands (every GEMM path is exac
 from __future__ import annotations
 
 import mmap
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -148,6 +149,19 @@ def huge_page_setting() -> str:
     return chosen[0] if chosen else ""
 
 
+_huge_page_mapped = [0]  # bytes mapped by _huge_page_buffer and not yet unmapped
+
+
+def huge_page_bytes() -> int:
+    """Bytes of packed weights in huge page mappings now: memory the C heap's own accounting
+    (``timing.heap_live_bytes``) does not see."""
+    return _huge_page_mapped[0]
+
+
+def _unmapped(nbytes: int) -> None:
+    _huge_page_mapped[0] -= nbytes
+
+
 def _huge_page_buffer(nbytes: int) -> torch.Tensor | None:
     """``nbytes`` of zeroed memory starting on a huge page boundary and advised to the kernel
     for transparent huge pages (a private anonymous mapping, unmapped when the last tensor on
@@ -161,6 +175,8 @@ def _huge_page_buffer(nbytes: int) -> torch.Tensor | None:
         region.madvise(mmap.MADV_HUGEPAGE)
     except OSError:
         return None
+    _huge_page_mapped[0] += len(region)
+    weakref.finalize(region, _unmapped, len(region))
     buf = torch.frombuffer(region, dtype=torch.uint8)  # the tensor keeps the mapping alive
     offset = (-buf.data_ptr()) % HUGE_PAGE_BYTES
     return buf[offset : offset + nbytes]

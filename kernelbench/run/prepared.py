@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelbench.backends.base import Runner, SharedWeights
+from kernelbench.kernels import cpu_ext
 from kernelbench.measure.timing import (
     available_after_release,
     available_bytes,
@@ -44,7 +45,8 @@ def default_limit_bytes() -> int:
 
 def memory_in_use(device: torch.device) -> int | None:
     """Memory in use now: CUDA allocations on CUDA; on the CPU what the heap has handed out
-    (:func:`~kernelbench.measure.timing.heap_live_bytes`), else the process's resident set
+    (:func:`~kernelbench.measure.timing.heap_live_bytes`) and the huge page mappings of packed
+    weights (:func:`~kernelbench.kernels.cpu_ext.huge_page_bytes`), else the process's resident set
     (which also counts the freed pages the heap keeps for the next timed block: a kept cell
     measured that way grew by whatever its cycles left free). ``None`` where the platform does
     not say."""
@@ -52,7 +54,7 @@ def memory_in_use(device: torch.device) -> int | None:
         return int(torch.cuda.memory_allocated(device))
     live = heap_live_bytes()
     if live is not None:
-        return live
+        return live + cpu_ext.huge_page_bytes()  # packed weights live outside the heap
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
