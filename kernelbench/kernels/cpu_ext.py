@@ -191,7 +191,7 @@ def pack_weight(w_int8: torch.Tensor, huge_pages: bool = True) -> torch.Tensor:
     where the system allows them (:func:`huge_page_setting` ``madvise`` or ``always``): a decode
     call streams the whole weight once, and with 4 KiB pages it crosses a page (a TLB miss, and
     the end of a hardware prefetch stream) every 4 KiB. Measured paired on an AMD Zen 5 at
-    tokens 1-32 (``tests/bench/ab_decode.py --other-pages``): 0.86-0.99x the time."""
+    tokens 1-32 (``tests/bench/ab_decode.py --other-pages``): 0.89-0.97x the time."""
     _check_cpu(w_int8)
     if w_int8.dtype != torch.int8 or w_int8.dim() != 2:
         raise InputError(f"weights must be 2-D int8, got {w_int8.dtype} {tuple(w_int8.shape)}")
