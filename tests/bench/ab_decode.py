@@ -60,12 +60,12 @@ def measure(
     k, n = d, 4 * d
     gen = torch.Generator().manual_seed(d + m)
     copies = max(1, math.ceil(COLD_BYTES / (n * k)))
-    weights = [
+    int8_weights = [
         torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen) for _ in range(copies)
     ]
-    packed = [cpu_ext.pack_weight(w) for w in weights]
-    small_pages = [cpu_ext.pack_weight(w, huge_pages=False) for w in weights] if other_pages else []
-    del weights
+    packed = [cpu_ext.pack_weight(w) for w in int8_weights]
+    small_pages = [cpu_ext.pack_weight(w, False) for w in int8_weights] if other_pages else []
+    del int8_weights
     a = torch.randint(-127, 128, (m, k), dtype=torch.int8, generator=gen)
     dq = cpu_ext.Dequant(
         torch.rand(m, generator=gen) + 0.5, torch.rand(n, generator=gen) * 1e-3, torch.bfloat16
@@ -81,23 +81,25 @@ def measure(
         if not torch.equal(outs[m], outs[0]):
             raise SystemExit(f"m={m} d={d}: the decode and blocked paths differ")
         ratios, read_ratios, other_ratios, decode_s, read_s = [], [], [], [], []
-        calls = ("decode", "blocked", "read") + (("other",) if other or other_pages else ())
+        has_other = bool(other or other_pages)
+        calls = ("decode", "blocked", "read") + (("other",) if has_other else ())
         for i in range(pairs):
             order = calls[i % len(calls) :] + calls[: i % len(calls)]
             t = {}
             for j, call in enumerate(order):
-                weights = packed[(len(calls) * i + j) % copies]
+                slot = (len(calls) * i + j) % copies
+                weights = packed[slot]
                 if call == "read":
                     t[call] = _read(weights)
                 elif call == "other" and other_pages:
-                    t[call] = _call(a, small_pages[(len(calls) * i + j) % copies], n, dq, m)
+                    t[call] = _call(a, small_pages[slot], n, dq, m)
                 elif call == "other":
                     cpu_ext.set_decode_prefetch(other)
                     t[call] = _call(a, weights, n, dq, m)
                     cpu_ext.set_decode_prefetch(hint)
                 else:
                     t[call] = _call(a, weights, n, dq, m if call == "decode" else 0)
-            if other or other_pages:
+            if has_other:
                 other_ratios.append(t["decode"] / t["other"])
             ratios.append(t["decode"] / t["blocked"])
             read_ratios.append(t["decode"] / t["read"])
