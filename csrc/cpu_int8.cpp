@@ -9,6 +9,7 @@
 // KernelSet) is picked once at import: "avx512vnni" (AVX2 kernels + the VNNI GEMM), "avx2" or
 // "scalar".
 #include <cpuid.h>
+#include <immintrin.h>
 #include <omp.h>
 #include <pybind11/pybind11.h>
 #if defined(__linux__)
@@ -335,6 +336,30 @@ bool cpu_has_avx512vnni() {
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
 }
 
+bool cpu_has_clflushopt() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & (1u << 23));
+}
+
+__attribute__((target("clflushopt"))) void flush_lines_opt(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflushopt(const_cast<char*>(p));
+}
+
+void flush_lines_plain(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflush(p);
+}
+
+// Writes back and invalidates every cache line of [begin, begin + nbytes) in every cache of the
+// coherence domain (all cores, all levels): the next read of those bytes comes from memory.
+void flush_cache_lines(uintptr_t begin, int64_t nbytes) {
+  if (nbytes <= 0) return;
+  static const bool opt = cpu_has_clflushopt();
+  const char* p = reinterpret_cast<const char*>(begin & ~uintptr_t{63});
+  const char* end = reinterpret_cast<const char*>(begin) + nbytes;
+  if (opt) flush_lines_opt(p, end); else flush_lines_plain(p, end);
+  _mm_mfence();  // the flushes are done before whatever the caller does next
+}
+
 // The kernel sets, best first; the avx512vnni set is the AVX2 kernels with the VNNI GEMM.
 const KernelSet kScalar{"scalar", kb::scalar::detect_outliers, kb::scalar::quantize_rows,
                         kb::scalar::gemm_s8s8s32, kb::scalar::dequantize};
@@ -458,6 +483,10 @@ PYBIND11_MODULE(_cpu, m) {
     if (bytes < 0) throw std::invalid_argument("streaming_store_bytes must be >= 0");
     kb::set_streaming_store_bytes(bytes);
   }, "Set the streamed-store threshold (0: every eligible product); for tests and tuning.");
+  m.def("flush_cache_lines", [](uintptr_t begin, int64_t nbytes) {
+    py::gil_scoped_release nogil;
+    flush_cache_lines(begin, nbytes);
+  }, "Evict these bytes from every cache level (clflushopt, or clflush where it is missing).");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
   m.def("packed_bytes", [](int64_t n, int64_t k) { return kb::PackedLayout(n, k).bytes(); });

@@ -27,7 +27,7 @@ from kernelbench.quant import Problem, QuantConfig
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Modules of kernelbench/backends that are not backends: the interface and helpers.
-BACKEND_HELPERS = {"base", "_peers", "custom_cuda", "plugins", "contract", "freshness"}
+BACKEND_HELPERS = {"base", "_peers", "custom_cuda", "plugins", "contract", "freshness", "residency"}
 
 
 def lint_imports(package_parent: Path) -> subprocess.CompletedProcess:

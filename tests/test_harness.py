@@ -14,6 +14,7 @@ from kernelbench.backends import all_backends
 from kernelbench.backends.base import Availability, Backend
 from kernelbench.checks import InputError
 from kernelbench.cli import app
+from kernelbench.kernels import cpu_ext
 from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import outlier_columns
 from kernelbench.results.schema import (
@@ -171,6 +172,25 @@ def test_measure_cell_rows_have_baselines_errors_and_memory():
         assert r.speedup_lo <= r.speedup <= r.speedup_hi
     assert r.flops == 2.0 * r.m * r.k * r.n and r.bytes > 0
     assert r.planted_outlier_cols == 2 and r.round == 0
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="the CPU extension is not built")
+def test_cold_cpu_rows_flush_at_least_their_weights_and_hot_rows_nothing():
+    """A last-level cache that resists scans keeps a weight the scan meant to evict: a cold
+    row also flushes the tensors its call reads, and records how many bytes those were."""
+    case = load_case("gpt3")
+    from kernelbench.run.plan import CallEstimator
+
+    for cache in ("cold", "hot"):
+        opts = tiny_opts(cache=cache, methods=("fp16", "int8_raw", "llm_int8"))
+        (item,) = plan(case, opts)
+        rows = [r for r in measure_cell(item, case, opts, CallEstimator()) if r.status == "ok"]
+        assert len(rows) == 5
+        for r in rows:
+            if cache == "hot":
+                assert r.evicted_bytes is None
+            else:  # the weights, at least (and the activations, scales, bias)
+                assert r.evicted_bytes >= r.weight_bytes > 0, (r.backend, r.method)
 
 
 def test_the_int8_gemm_stage_time_goes_only_to_rows_with_that_stage():

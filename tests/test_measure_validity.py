@@ -232,3 +232,58 @@ def test_an_eviction_that_took_no_measurable_time_leaves_no_stale_reading():
     assert timer.last_bus_gbps is not None
     timer(m.call("a", 1.0))  # the clock did not move: no rate to read
     assert timer.last_bus_gbps is None
+
+
+def test_each_row_evicts_its_own_memory_after_the_scan_and_outside_the_clock():
+    """A scan of the cache leaves what a scan-resistant cache protects: each row's own flush
+    runs after it, before that row's timed calls only, and is a gap the pairing leaves out."""
+    m = Machine()
+    e = _engine(m, evict=True, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+
+    def flush(name: str):
+        def run() -> None:
+            m.log.append(f"flush {name}")
+            m.now += 0.003
+
+        return run
+
+    cell = e.measure_cell(
+        {"a": m.call("a", 2.0), "b": m.call("b", 3.0)},
+        baseline=m.call("base", 4.0),
+        evict_own={"a": flush("a")},
+        baseline_evict_own=flush("base"),
+    )
+    timed = [x for x in m.log if x in ("a", "b", "base")]
+    for i, name in enumerate(m.log):
+        if name in ("a", "base"):
+            assert m.log[i - 2 : i] == ["evict", f"flush {name}"]
+        elif name == "b":
+            assert m.log[i - 1] == "evict"
+    assert len(timed) == 2 + 2 + 3
+    assert cell.rows["a"].row_ms == pytest.approx((2.0, 2.0))
+    assert cell.rows["a"].baseline_ms == pytest.approx((4.0, 4.0))
+    assert cell.rows["b"].baseline_ms == pytest.approx((4.0, 4.0))
+
+
+def test_a_hot_timer_never_runs_a_rows_own_eviction():
+    m = Machine()
+    e = _engine(m, evict=False, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+    e.measure_cell(
+        {"a": m.call("a", 2.0)},
+        baseline=m.call("base", 4.0),
+        evict_own={"a": lambda: m.log.append("flush")},
+        baseline_evict_own=lambda: m.log.append("flush"),
+    )
+    assert "flush" not in m.log
+
+
+def test_the_bus_reading_times_the_scan_alone():
+    m = BusMachine([2.0])
+    timer = CallTimer(m.clock, before_call=m.evict, usage=m.usage, probe_bytes=64 * 2**20)
+
+    def flush() -> None:
+        m.now += 0.010
+
+    timer(m.call("a", 1.0), flush)
+    assert timer.last_bus_gbps == pytest.approx(64 * 2**20 / 1e9 / 2e-3)
+    assert timer.last_prepare_s == pytest.approx(0.012)

@@ -182,6 +182,15 @@ def _huge_page_buffer(nbytes: int) -> torch.Tensor | None:
     return buf[offset : offset + nbytes]
 
 
+def flush_cache_lines(address: int, nbytes: int) -> None:
+    """Write back and invalidate the cache lines of ``nbytes`` from ``address`` in every cache
+    (all cores, all levels; ``clflushopt``): the next read comes from memory. The caller keeps
+    that memory alive (a cold-cache timer flushes the tensors a call reads)."""
+    if nbytes < 0:
+        raise InputError(f"nbytes must be >= 0, got {nbytes}")
+    _ext.flush_cache_lines(address, nbytes)
+
+
 def pack_weight(w_int8: torch.Tensor, huge_pages: bool = True) -> torch.Tensor:
     """Int8 weights (n, k) -> the GEMM's packed panel layout: one byte per weight plus one int32
     column sum per column (a uint8 buffer, 64-byte aligned; ``kb::PackedLayout`` in

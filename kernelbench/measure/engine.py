@@ -64,6 +64,8 @@ from kernelbench.settings import default
 from kernelbench.statistics import median_interval, rel_halfwidth, stats
 
 Call = Callable[[], object]
+#: Evicts one call's own memory from the caches (cold caches), outside the timed region.
+Eviction = Callable[[], None]
 
 #: Samples of one stage timed alone. Uncapped, a decode cell's stages took up to 200 samples
 #: each (their spread rarely met its target at sub-millisecond calls): 7.3 s of a 24.5 s run of
@@ -352,6 +354,8 @@ class MeasurementEngine:
         seed: int = 0,
         first_outputs: Mapping[Hashable, OutputHook] | None = None,
         baseline_first_output: OutputHook | None = None,
+        evict_own: Mapping[Hashable, Eviction] | None = None,
+        baseline_evict_own: Eviction | None = None,
     ) -> CellMeasurement:
         """Warm each call up (``warmed_s``: seconds of calls it already had), then sample the
         rows in cycles around ``baseline`` until each row's stopping rules are met. Without
@@ -361,17 +365,26 @@ class MeasurementEngine:
         hook after the call (a row whose call takes seconds is not called once more just to
         check its output); a raising hook fails the row. The time the hooks take is left out
         of the pairing (:func:`interpolated_baselines`' gaps). CPU memory is reused while the
-        cell is timed (see the constructor)."""
+        cell is timed (see the constructor).
+
+        ``evict_own`` (and ``baseline_evict_own``): what evicts each call's own memory before
+        it is timed, after the timer's cache eviction, when the caches are cold (a scan of the
+        whole cache does not evict data that a scan-resistant last-level cache protects)."""
         with self._memory():
             steal_before = steal_ticks()
             warmed = dict(warmed_s or {})
             failed: dict[Hashable, str] = {}
             hooks = dict(first_outputs or {})
+            evictions = dict(evict_own or {})
+            if baseline_evict_own is not None:
+                evictions[_BASELINE_KEY] = baseline_evict_own
             if baseline is not None and not calls:
                 self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
                 if baseline_first_output is not None:
                     hooks["baseline"] = baseline_first_output
-                alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks)
+                if baseline_evict_own is not None:
+                    evictions["baseline"] = baseline_evict_own
+                alone = self._cycles({"baseline": baseline}, None, failed, seed, hooks, evictions)
                 if "baseline" in failed:
                     raise RuntimeError(failed["baseline"])
                 alone = _with_steal(alone, steal_share(steal_before, steal_ticks()))
@@ -390,7 +403,7 @@ class MeasurementEngine:
             live = {k: c for k, c in calls.items() if k not in failed}
             if baseline_first_output is not None:
                 hooks[_BASELINE_KEY] = baseline_first_output
-            rows = self._cycles(live, baseline, failed, seed, hooks)
+            rows = self._cycles(live, baseline, failed, seed, hooks, evictions)
             rows = _with_steal(rows, steal_share(steal_before, steal_ticks()))
             base = rows.pop(_BASELINE_KEY, None)
             return CellMeasurement(MappingProxyType(rows), base, MappingProxyType(failed))
@@ -402,6 +415,7 @@ class MeasurementEngine:
         failed: dict[Hashable, str],
         seed: int,
         hooks: dict[Hashable, OutputHook],
+        evictions: Mapping[Hashable, Eviction],
     ) -> dict[Hashable, RowMeasurement]:
         order = random.Random(seed)
         state = {key: _Sampling(self.settings.rules()) for key in calls}
@@ -411,7 +425,7 @@ class MeasurementEngine:
         # (an output hook's, a failed call's) is a gap the pairing leaves out
         before, last = 0.0, self.clock()
         if baseline is not None:
-            before = self._call(_BASELINE_KEY, baseline, hooks)
+            before = self._call(_BASELINE_KEY, baseline, hooks, evictions)
             before_seen = self.timer.last_usage, self.timer.last_bus_gbps
             last += (before / 1e3) + self.timer.last_prepare_s
         while active:
@@ -421,7 +435,7 @@ class MeasurementEngine:
             for key in active:
                 start = self.clock()
                 try:
-                    ms = self._call(key, calls[key], hooks)
+                    ms = self._call(key, calls[key], hooks, evictions)
                 except Exception as exc:  # noqa: BLE001 - one row failing leaves the others
                     failed[key] = error_text(exc)
                     continue
@@ -435,7 +449,7 @@ class MeasurementEngine:
                     state[key].elapsed_s += ms / 1e3
             else:
                 start = self.clock()
-                after = self.timer(baseline)
+                after = self.timer(baseline, evictions.get(_BASELINE_KEY))
                 start += self.timer.last_prepare_s
                 gaps.append((start - last) * 1e3)
                 last = start + after / 1e3
@@ -470,12 +484,18 @@ class MeasurementEngine:
             )
         return out
 
-    def _call(self, key: Hashable, call: Call, hooks: dict[Hashable, OutputHook]) -> float:
+    def _call(
+        self,
+        key: Hashable,
+        call: Call,
+        hooks: dict[Hashable, OutputHook],
+        evictions: Mapping[Hashable, Eviction],
+    ) -> float:
         """One timed call (ms); the first of a row with a hook hands its output to the hook."""
         hook = hooks.pop(key, None)
         if hook is None:
-            return self.timer(call)
-        out, ms = self.timer.timed(call)
+            return self.timer(call, evictions.get(key))
+        out, ms = self.timer.timed(call, evictions.get(key))
         hook(out)
         return ms
 

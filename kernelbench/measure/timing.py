@@ -9,9 +9,11 @@
 * Cold caches (``--cache cold``, the default): before every timed call, outside the timed
   region, the caches are evicted, so the call reads its weights and activations from memory as
   a model's layer does once per token. On the CPU a buffer of twice the last-level cache (read
-  from sysfs) is read by every thread (:class:`CacheEvictor`); on CUDA the L2 is flushed by
-  writing a buffer twice its size. ``--cache hot`` leaves the caches as the previous calls left
-  them (a small weight then stays cache-resident between calls).
+  from sysfs) is read by every thread (:class:`CacheEvictor`), then the cache lines of the
+  call's own tensors are flushed (the ``evict_own`` the caller passes): a scan does not evict
+  what a scan-resistant last-level cache protects (:mod:`kernelbench.backends.residency`). On
+  CUDA the L2 is flushed by writing a buffer twice its size. ``--cache hot`` leaves the caches
+  as the previous calls left them (a small weight then stays cache-resident between calls).
 * What each timed call saw (:class:`CallUsage`): its page faults and context switches, from
   ``getrusage`` around the call (outside the clock); the steal time of a cell's cycles comes
   from ``/proc/stat`` (:func:`steal_ticks`).
@@ -101,10 +103,12 @@ class CallTimer:
     def sync(self) -> None:
         """Wait for the device to finish queued work (nothing to wait for on the CPU)."""
 
-    def __call__(self, fn: Callable[[], object]) -> float:
-        return self.timed(fn)[1]
+    def __call__(
+        self, fn: Callable[[], object], evict_own: Callable[[], None] | None = None
+    ) -> float:
+        return self.timed(fn, evict_own)[1]
 
-    def _prepare(self) -> None:
+    def _prepare(self, evict_own: Callable[[], None] | None = None) -> None:
         if self.before_call is None:
             self.last_prepare_s = 0.0
             self.last_bus_gbps = None
@@ -112,13 +116,21 @@ class CallTimer:
         t0 = self.clock()
         self.before_call()
         self.sync()
+        t1 = self.clock()
+        if evict_own is not None:
+            evict_own()
         self.last_prepare_s = self.clock() - t0
-        readable = self.probe_bytes and self.last_prepare_s > 0
-        self.last_bus_gbps = self.probe_bytes / self.last_prepare_s / 1e9 if readable else None
+        read_s = t1 - t0
+        readable = self.probe_bytes and read_s > 0
+        self.last_bus_gbps = self.probe_bytes / read_s / 1e9 if readable else None
 
-    def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
-        """``fn()``'s result and its time in milliseconds, as :meth:`__call__` times it."""
-        self._prepare()
+    def timed(
+        self, fn: Callable[[], object], evict_own: Callable[[], None] | None = None
+    ) -> tuple[object, float]:
+        """``fn()``'s result and its time in milliseconds, as :meth:`__call__` times it.
+        ``evict_own``: evicts the call's own memory (its weights and activations) after the
+        timer's eviction, when it has one (cold caches)."""
+        self._prepare(evict_own)
         u0 = self.usage()
         t0 = self.clock()
         result = fn()
@@ -170,7 +182,9 @@ def evict_bytes(sizes: dict[str, int] | None = None) -> int:
 
 class CacheEvictor:
     """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache)
-    on all of torch's threads: afterwards the next call finds none of its own data in cache.
+    on all of torch's threads: afterwards the private caches hold none of the next call's data,
+    and an LRU last-level cache none either; a scan-resistant one (AMD Zen 5) keeps data that
+    every call re-reads, so the timer also flushes each call's own tensors after the scan.
     Reading (not writing) leaves no dirty lines for the timed call to write back. On a 2-core
     VM with a 32 MB L3, one eviction takes a few milliseconds, outside the timed region. A
     sequential read of twice the last-level cache misses it throughout, so the eviction's time
@@ -211,8 +225,10 @@ class CudaCallTimer(CallTimer):
     def sync(self) -> None:
         torch.cuda.synchronize(self.device)
 
-    def timed(self, fn: Callable[[], object]) -> tuple[object, float]:
-        self._prepare()
+    def timed(
+        self, fn: Callable[[], object], evict_own: Callable[[], None] | None = None
+    ) -> tuple[object, float]:
+        self._prepare(evict_own)
         u0 = self.usage()
         begin = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)

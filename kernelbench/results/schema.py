@@ -84,6 +84,10 @@ class ResultRow:
     # the cold-cache eviction's read rate, a reading, not a bound (empty: hot rows, CUDA)
     bus_gbps: list[float] = field(default_factory=list)
     steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
+    # cold CPU rows: bytes of the tensors the call reads (weights, activations, buffers) whose
+    # cache lines were flushed before each timed call; below weight_bytes, part of the weights
+    # was not found (memory outside tensors) and may have stayed in cache
+    evicted_bytes: int | None = None
     # speed relative to the same run's baselines on the same inputs
     baseline_ms: float | None = None  # the device's 16-bit baseline (fp16 CUDA, bf16 CPU)
     # (when `paired`: its median in this row's pairs; otherwise the cell's baseline row)

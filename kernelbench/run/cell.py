@@ -28,10 +28,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from kernelbench import oracle
-from kernelbench.backends import all_backends, freshness
+from kernelbench.backends import all_backends, freshness, residency
 from kernelbench.backends.base import Runner, sharing_weights, sixteen_bit_dtype
 from kernelbench.backends.plugins import origin_of
 from kernelbench.core import BASELINE, FP32, SkipKind, work_bytes, work_flops
+from kernelbench.kernels import cpu_ext
 from kernelbench.measure.engine import MeasurementEngine, RowMeasurement, error_text
 from kernelbench.measure.timing import available_after_release, available_bytes
 from kernelbench.quant import Problem, outlier_columns
@@ -368,6 +369,9 @@ class _Prepared:
     #: round 0 without a separate first call: the output of its first call in the cycles is
     #: checked against the oracle (a call of seconds is not made once more just for that)
     check: _AccuracyCheck | None = None
+    #: cold CPU caches: flushes the lines of the tensors ``runner.run`` reaches before each
+    #: timed call (:mod:`kernelbench.backends.residency`)
+    evict_own: Callable[[], None] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -474,7 +478,13 @@ def _prepare_row(
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - before
         row.peak_mem_bytes = int(inputs_bytes + peak)
-    return _Prepared(row, runner, warm_s, deferred)
+    evict_own = None
+    if opts.cache == "cold" and device.type == "cpu" and cpu_ext.available():
+        evict_own = residency.TensorEviction(
+            residency.reachable_tensors(runner.run), cpu_ext.flush_cache_lines
+        )
+        row.evicted_bytes = evict_own.bytes
+    return _Prepared(row, runner, warm_s, deferred, evict_own)
 
 
 def _measure_prepared(
@@ -499,6 +509,8 @@ def _measure_prepared(
             seed=inputs.seed,
             first_outputs={p.key: hooks[p.key] for p in others if p.key in hooks},
             baseline_first_output=hooks.get(BASELINE) if base else None,
+            evict_own={p.key: p.evict_own for p in others if p.evict_own is not None},
+            baseline_evict_own=base.evict_own if base else None,
         )
     except Exception as exc:  # noqa: BLE001 - the baseline failed: so does every pairing
         for p in ready:

@@ -1,0 +1,114 @@
+"""What a cold-cache timer flushes: the tensors a runner's call reaches, and their bytes."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from kernelbench.backends.residency import (
+    TensorEviction,
+    memory_spans,
+    reachable_tensors,
+    resident_bytes,
+)
+from kernelbench.kernels import cpu_ext
+
+GLOBAL_TENSOR = torch.zeros(1000)
+
+
+@dataclass
+class Prepared:
+    packed: torch.Tensor
+    scales: list[torch.Tensor]
+
+
+class Owner:
+    def __init__(self) -> None:
+        self.weight = torch.ones(64, 32)
+        self.prepared = Prepared(torch.ones(16, dtype=torch.uint8), [torch.ones(4)])
+
+    def run(self) -> torch.Tensor:
+        return self.weight.sum() + GLOBAL_TENSOR.sum()
+
+
+def _ids(tensors: list[torch.Tensor]) -> set[int]:
+    return {id(t) for t in tensors}
+
+
+def test_a_closure_default_args_and_partial_are_followed_never_globals():
+    x = torch.ones(3, 5)
+    y = torch.ones(7)
+
+    def call(scale=y):
+        return x * scale.sum() + GLOBAL_TENSOR.sum()
+
+    part = functools.partial(torch.add, x, other=y)
+    assert _ids(reachable_tensors(call)) == {id(x), id(y)}
+    assert _ids(reachable_tensors(part)) == {id(x), id(y)}
+
+
+def test_a_bound_methods_object_and_its_nested_attributes_are_followed():
+    owner = Owner()
+    found = _ids(reachable_tensors(owner.run))
+    p = owner.prepared
+    assert found == {id(owner.weight), id(p.packed), id(p.scales[0])}
+
+
+def test_each_tensor_is_found_once_and_the_depth_is_bounded():
+    t = torch.ones(2)
+    nested: object = t
+    for _ in range(12):
+        nested = [nested, t]
+    assert _ids(reachable_tensors(lambda: nested)) == {id(t)}
+    deep: object = torch.ones(3)
+    for _ in range(12):
+        deep = [deep]
+    assert reachable_tensors(lambda: deep, max_depth=4) == []
+
+
+class Wrapper(torch.Tensor):
+    """A wrapper subclass whose data is its inner tensor (as torchao's quantized weights)."""
+
+    def __tensor_flatten__(self):
+        return ["inner"], None
+
+
+def test_a_wrapper_subclass_is_followed_into_its_inner_tensors():
+    w = torch.Tensor._make_subclass(Wrapper, torch.zeros(2))
+    w.inner = torch.ones(5)
+    assert _ids(reachable_tensors(lambda: w)) == {id(w.inner)}
+
+
+def test_a_view_spans_its_own_extent_and_overlaps_merge():
+    base = torch.zeros(100, 10)
+    rows = base[:4]  # the first 4 rows: 40 floats
+    col = base[:, 0]  # every row's first element: 99 * 10 + 1 floats
+    assert memory_spans([rows]) == [(base.data_ptr(), 40 * 4)]
+    assert memory_spans([rows, col]) == [(base.data_ptr(), (99 * 10 + 1) * 4)]
+    other = torch.zeros(8, dtype=torch.int8)
+    spans = memory_spans([rows, other, torch.zeros(0), torch.zeros(3, device="meta")])
+    assert resident_bytes(spans) == 160 + 8
+
+
+def test_an_eviction_flushes_every_span_and_holds_its_tensors():
+    seen: list[tuple[int, int]] = []
+    t = torch.ones(256)
+    evict = TensorEviction([t, t[:10]], lambda address, n: seen.append((address, n)))
+    del t
+    evict()
+    assert seen == evict.spans == [(evict.tensors[0].data_ptr(), 1024)]
+    assert evict.bytes == 1024
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="the CPU extension is not built")
+def test_flushing_cache_lines_leaves_the_bytes_as_they_were():
+    t = torch.randn(100_003)
+    before = t.clone()
+    evict = TensorEviction([t[1:], t[:7]], cpu_ext.flush_cache_lines)
+    evict()
+    assert torch.equal(t, before)
+    with pytest.raises(cpu_ext.InputError, match="nbytes"):
+        cpu_ext.flush_cache_lines(t.data_ptr(), -1)
