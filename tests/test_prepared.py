@@ -3,6 +3,8 @@ the runners an earlier round built (and building them again when nothing was kep
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import replace
 
 import pytest
@@ -156,12 +158,18 @@ def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
     case = load_case("gpt3")
     opts = tiny_opts(methods=("fp16", "int8_raw", "vectorwise", "llm_int8"), rounds=1)
     groups: list[list] = []
+    timed_before: list[weakref.ref] = []  # the calls of the groups timed so far
+    alive: list[int] = []  # how many of those each group found still alive
     real = MeasurementEngine.measure_cell
-    monkeypatch.setattr(
-        MeasurementEngine,
-        "measure_cell",
-        lambda self, calls, **kw: (groups.append(sorted(calls)), real(self, calls, **kw))[1],
-    )
+
+    def spy(self, calls, **kw):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in timed_before))
+        timed_before.extend(weakref.ref(call) for call in calls.values())
+        groups.append(sorted(calls))
+        return real(self, calls, **kw)
+
+    monkeypatch.setattr(MeasurementEngine, "measure_cell", spy)
     monkeypatch.setattr(harness, "available_bytes", lambda: 0)  # never room for two
     cache = PreparedCells(1 << 40)
     (item,) = plan(case, opts)
@@ -171,6 +179,7 @@ def test_a_cell_whose_runners_do_not_fit_is_timed_in_groups(monkeypatch):
         if r.status != "skipped"
     ]
     assert len(groups) == 5 and all(len(g) == 1 for g in groups)  # one row each, with the baseline
+    assert alive == [0] * 5  # a group's runners are freed before the next is built
     assert all(r.status == "ok" for r in rows) and len(rows) == 6
     assert all(r.paired for r in rows if r.method != "fp16")
     base = next(r for r in rows if r.method == "fp16")

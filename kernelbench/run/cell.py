@@ -234,7 +234,7 @@ def _measure_plan(
     inputs_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     ready: list[_Prepared] = []  # built, waiting for the cycles
     reused_layer: bool | None = None
-    measured: list[_Prepared] = []
+    measured: list[ResultRow] = []  # rows timed in an earlier group (their runners freed)
     for row in plan.rows:
         backend_name, method = row.backend, row.method
         row.seed, row.planted_outlier_cols = inputs.seed, inputs.planted_outliers
@@ -245,8 +245,8 @@ def _measure_plan(
         if built is None and others_ready and _memory_short(reserve, prepared, cell_key):
             # the cell's runners do not all fit: time those built so far, free them, go on
             _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
-            measured += [p for p in ready if p.key != BASELINE]
-            ready = [p for p in ready if p.key == BASELINE]
+            measured += [p.row for p in ready if p.key != BASELINE]
+            ready = [p for p in ready if p.key == BASELINE]  # the others' runners go here
             prepared = None  # a cell that does not fit in memory is not kept
         try:
             warm_s = _warm_enough(item, (backend_name, method), flops, estimator, built, opts)
@@ -266,14 +266,16 @@ def _measure_plan(
             operands = one.runner.operands if one.check is not None else None
             one.runner = replace(one.runner, stages={}, operands=operands)
             ready.append(one)
+            del one  # held by ``ready`` alone: a group timed and dropped frees its runners
         except Exception as exc:  # noqa: BLE001 - a failing row is recorded, the sweep goes on
             _fail(row, error_text(exc), device)
     _measure_prepared(ready, engine, cell, inputs, check, item.round, device)
-    for p in measured + ready:
-        if p.row.status == "ok":
-            estimator.record(p.key, flops, p.row.median_ms / 1e3, item.size.d_model, m)
-            if prepared is not None and p.key not in kept.runners and p.key != FP32:
-                kept.runners[p.key] = p.runner
+    for r in measured + [p.row for p in ready]:
+        if r.status == "ok":
+            estimator.record((r.backend, r.method), flops, r.median_ms / 1e3, item.size.d_model, m)
+    for p in ready if prepared is not None else ():
+        if p.row.status == "ok" and p.key not in kept.runners and p.key != FP32:
+            kept.runners[p.key] = p.runner
     del ready, measured, check
     layers.clear()
     if prepared is not None:
