@@ -8,13 +8,16 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from kernelbench.backends import all_backends
 from kernelbench.backends.residency import (
     TensorEviction,
     memory_spans,
     reachable_tensors,
     resident_bytes,
 )
+from kernelbench.core import METHODS
 from kernelbench.kernels import cpu_ext
+from kernelbench.quant import QuantConfig
 
 GLOBAL_TENSOR = torch.zeros(1000)
 
@@ -82,6 +85,24 @@ def test_a_wrapper_subclass_is_followed_into_its_inner_tensors():
     assert _ids(reachable_tensors(lambda: w)) == {id(w.inner)}
 
 
+class Opaque(torch.Tensor):
+    """A wrapper subclass with no storage and no inner tensors to follow."""
+
+    @staticmethod
+    def __new__(cls):
+        return torch.Tensor._make_wrapper_subclass(cls, (4, 4), dtype=torch.float32)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(func)
+
+
+def test_a_tensor_without_memory_of_its_own_spans_nothing():
+    opaque = Opaque()
+    assert reachable_tensors(lambda: opaque) == [opaque]
+    assert memory_spans([opaque]) == []
+
+
 def test_a_view_spans_its_own_extent_and_overlaps_merge():
     base = torch.zeros(100, 10)
     rows = base[:4]  # the first 4 rows: 40 floats
@@ -112,3 +133,32 @@ def test_flushing_cache_lines_leaves_the_bytes_as_they_were():
     assert torch.equal(t, before)
     with pytest.raises(cpu_ext.InputError, match="nbytes"):
         cpu_ext.flush_cache_lines(t.data_ptr(), -1)
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="the CPU extension is not built")
+@pytest.mark.parametrize("name", sorted(all_backends()))
+def test_every_cpu_backends_runner_flushes_its_weights_and_only_memory_it_owns(name):
+    """What the cold timer flushes for each backend's runner: at least its int8 (or 16-bit)
+    weight bytes, and never an address outside a tensor's storage (a torchao weight is an
+    ``nn.Parameter`` around a wrapper subclass whose own data pointer is 0)."""
+    backend = all_backends()[name]
+    if not backend.availability(torch.device("cpu")).ok:
+        pytest.skip(backend.availability(torch.device("cpu")).reason)
+    gen = torch.Generator().manual_seed(7)
+    m, k, n = 4, 128, 256
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=gen) * 0.02).to(torch.bfloat16)
+    built = 0
+    for method in METHODS:
+        if not backend.supports(method, torch.device("cpu"), torch.bfloat16, m, k, n).ok:
+            continue
+        try:
+            runner = backend.runner(method, x, w, None, QuantConfig())
+        except (ValueError, NotImplementedError):
+            continue
+        built += 1
+        evict = TensorEviction(reachable_tensors(runner.run), cpu_ext.flush_cache_lines)
+        evict()
+        assert evict.bytes >= n * k, method
+        runner.run()
+    assert built

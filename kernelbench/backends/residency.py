@@ -59,7 +59,7 @@ def reachable_tensors(root: object, max_depth: int = MAX_DEPTH) -> list[torch.Te
 
 def _inner_tensors(t: torch.Tensor) -> list[torch.Tensor] | None:
     """A wrapper subclass's inner tensors (``__tensor_flatten__``); ``None`` for a plain one."""
-    if type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter):
+    if type(t) in (torch.Tensor, torch.nn.Parameter):
         return None
     flatten = getattr(t, "__tensor_flatten__", None)
     if flatten is None:
@@ -100,14 +100,23 @@ def _filled(cell: types.CellType) -> bool:
 
 def memory_spans(tensors: Iterable[torch.Tensor], device_type: str = "cpu") -> list[Span]:
     """The address ranges the tensors on ``device_type`` cover (a view: its own extent, not its
-    whole storage; torch strides are never negative), overlapping ranges merged."""
+    whole storage; torch strides are never negative), overlapping ranges merged. A tensor
+    without memory of its own (a wrapper subclass not followed into its inner tensors) or
+    whose extent leaves its storage gives none: a flush never touches memory it does not own."""
     ranges: list[Span] = []
     for t in tensors:
         if t.device.type != device_type or t.numel() == 0 or t.layout != torch.strided:
             continue
+        try:
+            storage = t.untyped_storage()
+            low, size = storage.data_ptr(), storage.nbytes()
+        except (RuntimeError, NotImplementedError):
+            continue
         dims = zip(t.shape, t.stride(), strict=True)
-        extent = 1 + sum((size - 1) * stride for size, stride in dims)
-        ranges.append((t.data_ptr(), extent * t.element_size()))
+        start = t.data_ptr()
+        nbytes = (1 + sum((n - 1) * stride for n, stride in dims)) * t.element_size()
+        if low and low <= start and start + nbytes <= low + size:
+            ranges.append((start, nbytes))
     merged: list[Span] = []
     for start, nbytes in sorted(ranges):
         if merged and start <= merged[-1][0] + merged[-1][1]:
