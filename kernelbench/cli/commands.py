@@ -550,6 +550,12 @@ def peak(
     for kind, entry in found.items():
         value = f"{entry['gbs']:.1f} GB/s" if "gbs" in entry else f"{entry['tops']:.3g} TOPS"
         console.print(f"{kind:>9}: {value}  [dim]{escape(entry['note'])}[/dim]")
+        lower = entry.get("remeasured")
+        if lower:
+            again = f"{lower['gbs']:.1f} GB/s" if "gbs" in lower else f"{lower['tops']:.3g} TOPS"
+            console.print(
+                f"{'':>9}  kept: this measurement read {again} (a best call is a lower bound)"
+            )
     console.print(f"cached in {cache_path(device_class(dev))}")
 
 
