@@ -287,3 +287,16 @@ def test_the_bus_reading_times_the_scan_alone():
     timer(m.call("a", 1.0), flush)
     assert timer.last_bus_gbps == pytest.approx(64 * 2**20 / 1e9 / 2e-3)
     assert timer.last_prepare_s == pytest.approx(0.012)
+
+
+def test_each_stage_evicts_its_own_memory_when_cold():
+    m = Machine()
+    e = _engine(m, evict=True, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+    e.time_stages(
+        {"quantize": m.call("quantize", 1.0), "dequantize": m.call("dequantize", 1.0)},
+        evict_own={"quantize": lambda: m.log.append("flush quantize")},
+    )
+    for i, name in enumerate(m.log):
+        if name == "quantize" and m.log[i - 1].startswith(("evict", "flush")):
+            assert m.log[i - 2 : i] == ["evict", "flush quantize"]
+    assert m.log.count("flush quantize") >= 2 and "flush dequantize" not in m.log

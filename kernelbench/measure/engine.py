@@ -519,17 +519,24 @@ class MeasurementEngine:
         )
 
     def time_stages(
-        self, stages: Mapping[str, Call], known_ms: Mapping[str, float] | None = None
+        self,
+        stages: Mapping[str, Call],
+        known_ms: Mapping[str, float] | None = None,
+        evict_own: Mapping[str, Eviction] | None = None,
     ) -> Mapping[str, float]:
-        """Median ms of each stage not in ``known_ms``, each timed on its own."""
+        """Median ms of each stage not in ``known_ms``, each timed on its own (``evict_own``:
+        what evicts each stage's own memory, as for :meth:`measure_cell`'s rows)."""
         stage_ms = dict(known_ms or {})
+        evictions = evict_own or {}
         with self._memory():
             for name, fn in stages.items():
                 if name not in stage_ms:
-                    stage_ms[name] = self.time_alone(fn, self.stage_settings)
+                    stage_ms[name] = self.time_alone(fn, self.stage_settings, evictions.get(name))
         return MappingProxyType(stage_ms)
 
-    def time_alone(self, call: Call, settings: TimerSettings) -> float:
+    def time_alone(
+        self, call: Call, settings: TimerSettings, evict_own: Eviction | None = None
+    ) -> float:
         """Median ms of ``call`` timed on its own (stages: never printed as a ratio). A first
         call longer than the budget is the one sample: a multi-second stage is not run twice."""
         _, first_s = self.timer.seconds(call)
@@ -539,7 +546,7 @@ class MeasurementEngine:
         rules = settings.rules()
         samples: list[float] = []
         while not rules.done(SamplingState(tuple(samples), sum(samples) / 1e3)):
-            samples.append(self.timer(call))
+            samples.append(self.timer(call, evict_own))
         return stats(samples).median_ms
 
 

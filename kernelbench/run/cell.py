@@ -576,8 +576,16 @@ def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:
     known: dict[str, float] = {}
     if p.row.backend in cell.gemm_stage_ms and "int8_matmul" in p.runner.stages:
         known["int8_matmul"] = cell.gemm_stage_ms[p.row.backend]
+    evictions = {}
+    if p.evict_own is not None:  # cold CPU caches: each stage flushes its own tensors too
+        evictions = {
+            name: residency.TensorEviction(
+                residency.reachable_tensors(fn), cpu_ext.flush_cache_lines
+            )
+            for name, fn in p.runner.stages.items()
+        }
     try:
-        p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known))
+        p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known, evictions))
     except Exception as exc:  # noqa: BLE001 - stages are a breakdown: their failure is noted
         p.row.reason = f"stage timing failed: {error_text(exc)}"[:500]
     if p.row.method == "int8_raw" and "int8_matmul" in p.row.stages_ms:
