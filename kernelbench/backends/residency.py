@@ -3,10 +3,11 @@
 A scan of twice the last-level cache does not evict everything: a last-level cache whose
 replacement protects lines that were hit again (scan-resistant, as on AMD Zen 5) keeps a weight
 that every call re-reads, while the scan's own lines go first. Measured on a 2-core Zen 5 VM
-(32 MB L3) at one token, d = 1536 (a 9.4 MB int8 weight): 136 us after the 64 MB scan, 134 us
-with no eviction at all, 150 us with the weight's lines flushed and 149 us rotating over 28
-weight copies, as a model's layers do (``tests/bench/cold_modes.py``). So a cold timer also
-flushes the lines of the call's own tensors: those this module finds from ``Runner.run``.
+(32 MB L3), custom ``llm_int8`` at one token, d = 1536 (a 9.5 MB int8 weight): 181 us after the
+64 MB scan, 181 us with no eviction at all, 211 us after the scan and a flush of the call's
+tensors, 221 us rotating over 29 weight copies as a model's layers do
+(``tests/bench/cold_modes.py``). So a cold timer also flushes the lines of the call's own
+tensors: those this module finds from ``Runner.run``.
 
 The search follows what a call can reach: a function's closure and default arguments, a bound
 method's object, ``functools.partial`` arguments, containers, and the attributes of objects
