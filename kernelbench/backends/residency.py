@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from kernelbench.kernels import cpu_ext
+
 #: How deep the search follows references from ``run``: a closure cell (1), a prepared weight
 #: in it (2), that weight's tensors (3), and a few levels of nesting more.
 MAX_DEPTH = 8
@@ -149,3 +151,9 @@ class TensorEviction:
     def __call__(self) -> None:
         for start, nbytes in self.spans:
             self.flush(start, nbytes)
+
+
+def call_eviction(call: Callable[[], object]) -> TensorEviction:
+    """What evicts ``call``'s own memory on the CPU: the tensors it reaches, flushed with
+    :func:`~kernelbench.kernels.cpu_ext.flush_cache_lines` (the extension must be built)."""
+    return TensorEviction(reachable_tensors(call), cpu_ext.flush_cache_lines)

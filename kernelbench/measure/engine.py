@@ -376,8 +376,6 @@ class MeasurementEngine:
             failed: dict[Hashable, str] = {}
             hooks = dict(first_outputs or {})
             evictions = dict(evict_own or {})
-            if baseline_evict_own is not None:
-                evictions[_BASELINE_KEY] = baseline_evict_own
             if baseline is not None and not calls:
                 self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
                 if baseline_first_output is not None:
@@ -403,6 +401,8 @@ class MeasurementEngine:
             live = {k: c for k, c in calls.items() if k not in failed}
             if baseline_first_output is not None:
                 hooks[_BASELINE_KEY] = baseline_first_output
+            if baseline_evict_own is not None:
+                evictions[_BASELINE_KEY] = baseline_evict_own
             rows = self._cycles(live, baseline, failed, seed, hooks, evictions)
             rows = _with_steal(rows, steal_share(steal_before, steal_ticks()))
             base = rows.pop(_BASELINE_KEY, None)

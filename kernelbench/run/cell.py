@@ -482,9 +482,7 @@ def _prepare_row(
         row.peak_mem_bytes = int(inputs_bytes + peak)
     evict_own = None
     if opts.cache == "cold" and device.type == "cpu" and cpu_ext.available():
-        evict_own = residency.TensorEviction(
-            residency.reachable_tensors(runner.run), cpu_ext.flush_cache_lines
-        )
+        evict_own = residency.call_eviction(runner.run)
         row.evicted_bytes = evict_own.bytes
     return _Prepared(row, runner, warm_s, deferred, evict_own)
 
@@ -578,12 +576,7 @@ def _time_stages(p: _Prepared, engine, cell: _Cell) -> None:
         known["int8_matmul"] = cell.gemm_stage_ms[p.row.backend]
     evictions = {}
     if p.evict_own is not None:  # cold CPU caches: each stage flushes its own tensors too
-        evictions = {
-            name: residency.TensorEviction(
-                residency.reachable_tensors(fn), cpu_ext.flush_cache_lines
-            )
-            for name, fn in p.runner.stages.items()
-        }
+        evictions = {name: residency.call_eviction(fn) for name, fn in p.runner.stages.items()}
     try:
         p.row.stages_ms = dict(engine.time_stages(p.runner.stages, known, evictions))
     except Exception as exc:  # noqa: BLE001 - stages are a breakdown: their failure is noted

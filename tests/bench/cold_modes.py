@@ -29,7 +29,7 @@ import time
 import torch
 
 from kernelbench.backends import get_backend
-from kernelbench.backends.residency import TensorEviction, reachable_tensors
+from kernelbench.backends.residency import call_eviction
 from kernelbench.kernels import cpu_ext
 from kernelbench.measure.timing import shared_evictor
 from kernelbench.quant import QuantConfig
@@ -59,7 +59,7 @@ def measure(backend: str, method: str, d: int, m: int, reps: int) -> dict[str, t
         for _ in range(copies - 1)
     ]
     scan = shared_evictor()
-    flush = TensorEviction(reachable_tensors(first.run), cpu_ext.flush_cache_lines)
+    flush = call_eviction(first.run)
     for r in runners:
         r.run()
     times: dict[str, list[float]] = {s: [] for s in SETTINGS}
