@@ -115,6 +115,11 @@ inline int32_t load4(const uint8_t* p) {
   return v;
 }
 
+// How a micro-kernel puts its tile into C: overwrite, add to what is there (a later k block),
+// or overwrite with non-temporal stores (whole 64-byte lines only, at 64-byte aligned rows; a
+// partial last panel is stored as usual).
+enum class Store { kOverwrite, kAccumulate, kStream };
+
 // One quad of row r: acc(r, 0..NP-1) += A(r, 4q..4q+3) . B(panel, quad).
 #define KB_QUAD(r, C0, C1)                                                  \
   if constexpr (R > r) {                                                    \
@@ -126,17 +131,21 @@ inline int32_t load4(const uint8_t* p) {
 #define KB_STORE(r, C0, C1)                                                 \
   if constexpr (R > r) {                                                    \
     int32_t* dst = c + r * ldc;                                             \
-    store16(dst, C0, comp[0], NP == 1 ? last_mask : full, accumulate);      \
-    if constexpr (NP > 1) store16(dst + 16, C1, comp[1], last_mask, accumulate); \
+    store16(dst, C0, comp[0], NP == 1 ? last_mask : full, store);           \
+    if constexpr (NP > 1) store16(dst + 16, C1, comp[1], last_mask, store); \
   }
 #define KB_ROWS(M)                                                          \
   M(0, c00, c01) M(1, c10, c11) M(2, c20, c21) M(3, c30, c31)               \
   M(4, c40, c41) M(5, c50, c51) M(6, c60, c61) M(7, c70, c71)               \
   M(8, c80, c81) M(9, c90, c91) M(10, ca0, ca1) M(11, cb0, cb1)
 
-inline void store16(int32_t* dst, __m512i acc, __m512i comp, __mmask16 mask, bool accumulate) {
+inline void store16(int32_t* dst, __m512i acc, __m512i comp, __mmask16 mask, Store store) {
   __m512i v = _mm512_sub_epi32(acc, comp);
-  if (accumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(mask, dst));
+  if (store == Store::kStream && mask == 0xffff) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), v);
+    return;
+  }
+  if (store == Store::kAccumulate) v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(mask, dst));
   _mm512_mask_storeu_epi32(dst, mask, v);
 }
 
@@ -147,7 +156,7 @@ inline void store16(int32_t* dst, __m512i acc, __m512i comp, __mmask16 mask, boo
 template <int R, int NP, Prefetch PF = Prefetch::kNone>
 void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
                   int64_t nq, bool half, const __m512i* comp, int32_t* c, int64_t ldc,
-                  int last_cols, bool accumulate, int64_t pf_offset) {
+                  int last_cols, Store store, int64_t pf_offset) {
   static_assert(R >= 1 && R <= kMR && (NP == 1 || NP == 2), "tile shape");
   const __m512i idx = pair_interleave();
   const __m512i z = _mm512_setzero_si512();
@@ -181,7 +190,7 @@ void micro_kernel(const uint8_t* a, const int8_t* bp, int64_t panel_bytes,
 template <int NP, Prefetch PF = Prefetch::kNone>
 void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, int64_t nq,
                       bool half, const __m512i* comp, int32_t* c, int64_t ldc, int last_cols,
-                      bool accumulate, int64_t pf_offset) {
+                      Store store, int64_t pf_offset) {
   (void)ldc;
   const __m512i idx = pair_interleave();
   const __m512i z = _mm512_setzero_si512();
@@ -219,15 +228,15 @@ void micro_kernel_row(const uint8_t* a, const int8_t* bp, int64_t panel_bytes, i
   }
   const __mmask16 full = 0xffff, last_mask = static_cast<__mmask16>((1u << last_cols) - 1u);
   const __m512i t0 = _mm512_add_epi32(_mm512_add_epi32(s00, s01), _mm512_add_epi32(s02, s03));
-  store16(c, t0, comp[0], NP == 1 ? last_mask : full, accumulate);
+  store16(c, t0, comp[0], NP == 1 ? last_mask : full, store);
   if constexpr (NP > 1) {
     const __m512i t1 = _mm512_add_epi32(_mm512_add_epi32(s10, s11), _mm512_add_epi32(s12, s13));
-    store16(c + 16, t1, comp[1], last_mask, accumulate);
+    store16(c + 16, t1, comp[1], last_mask, store);
   }
 }
 
 using KernelFn = void (*)(const uint8_t*, const int8_t*, int64_t, int64_t, bool,
-                          const __m512i*, int32_t*, int64_t, int, bool, int64_t);
+                          const __m512i*, int32_t*, int64_t, int, Store, int64_t);
 
 // The kernels of 1..kMR-row tiles of NP panels (1 row: the one-row kernel with its four chains).
 using KernelRow = std::array<KernelFn, kMR>;
@@ -388,7 +397,8 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
             const KernelFn kernel = tile_kernel(R, np, pf ? stream_hint : Prefetch::kNone);
             kernel(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes, bp, panel_bytes,
                    kp / 2, kp % 2 != 0, comp, tile.data() + r0 * sld + (p - pc0) * 16, sld,
-                   last_cols, k0 > 0, r0 == 0 ? kPrefetchBytes : next_offset);
+                   last_cols, k0 > 0 ? Store::kAccumulate : Store::kOverwrite,
+                   r0 == 0 ? kPrefetchBytes : next_offset);
           }
         }
       }
@@ -415,6 +425,48 @@ inline void store_tile_streaming(int32_t* c, int64_t n, const int32_t* acc, int6
   }
 }
 
+// The int32 product alone (no epilogue) when k is one block (k <= kKC): each tile goes from the
+// accumulators straight to c, with no scratch in between, and each panel pair, once read into
+// L1, meets every row slice of the group (their packed A from L2) before the next pair; the
+// scratch path instead takes each row slice through every pair of its chunk, reading each pair
+// from L2 again for every slice. A product of at least streaming_store_bytes() is stored
+// non-temporally where c's rows are whole 64-byte lines. Same integers as the scratch path.
+void gemm_raw_one_block(const PackedA& ap, int64_t m, int64_t k, const int8_t* packed_b,
+                        int64_t n, int32_t* c) {
+  const PackedLayout L(n, k);
+  const int64_t panels = L.panels, panel_bytes = L.panel_bytes();
+  const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
+  const int64_t block_bytes = (k + 3) / 4 * kQuadBytes, kp = (k + 1) / 2;
+  const int64_t mc = row_group_rows(m, k, kMR, kOneBlockAGroupBytes);
+  const bool whole_lines = n % 16 == 0 && (reinterpret_cast<uintptr_t>(c) & 63) == 0;
+  const Store store = whole_lines && m * n * int64_t{4} >= streaming_store_bytes()
+                          ? Store::kStream
+                          : Store::kOverwrite;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
+    for (int64_t g0 = 0; g0 < m; g0 += mc) {
+      const int64_t g1 = std::min(m, g0 + mc);
+      for (int64_t p = p0; p < p1; p += 2) {
+        const int np = static_cast<int>(std::min<int64_t>(2, p1 - p));
+        const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
+        __m512i comp[2];
+        for (int i = 0; i < np; ++i) comp[i] = _mm512_loadu_si512(sums + (p + i) * 16);
+        for (int64_t r0 = g0; r0 < g1; r0 += kMR) {
+          const int R = static_cast<int>(std::min<int64_t>(kMR, g1 - r0));
+          // the group's first slice reads the pair from memory: it prefetches ahead
+          const KernelFn kernel = tile_kernel(R, np, r0 == g0 ? Prefetch::kL1 : Prefetch::kNone);
+          kernel(ap.data() + r0 / kMR * block_bytes, packed_b + p * panel_bytes, panel_bytes,
+                 kp / 2, kp % 2 != 0, comp, c + r0 * n + p * 16, n, last_cols, store,
+                 kPrefetchBytes);
+        }
+      }
+    }
+    if (store == Store::kStream) _mm_sfence();  // the streamed stores are visible after
+  }
+}
+
 }  // namespace
 
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
@@ -426,6 +478,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const PackedA ap = pack_a(a, m, k);
+  if (!ep && k <= kKC) return gemm_raw_one_block(ap, m, k, packed_b, n, c);
   // The rows go in groups whose packed A stays in the cache (row_group_rows). Each thread sums
   // into a scratch of its current panel chunk (kMR rows when k is one block, else the group's mc
   // rows), finished as soon as a row slice's last k block is in: dequantized (AVX2 code, shared
@@ -463,7 +516,8 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                   tile_kernel(R, np, r0 == g0 ? Prefetch::kL1 : Prefetch::kNone);
               kernel(ap.data() + r0 / kMR * block_bytes + k0 / 4 * kQuadBytes,
                      block + p * panel_bytes, panel_bytes, nq, half, comp + (p - pc0),
-                     tile + (p - pc0) * 16, sld, last_cols, k0 > 0, kPrefetchBytes);
+                     tile + (p - pc0) * 16, sld, last_cols,
+                     k0 > 0 ? Store::kAccumulate : Store::kOverwrite, kPrefetchBytes);
             }
             if (last_block) {
               if (streamed)

@@ -552,6 +552,9 @@ INT32_SHAPES = [
     (260, 16391, 40),  # three row groups (2 MiB of packed A: 120 rows at this k), the last partial
     (1100, 2048, 40),  # one k block, row groups of 252 rows (VNNI) or 1026 (AVX2), the last partial
     (150, 4093, 72),  # one VNNI k block of odd k (a half quad), several AVX2 ones
+    # one VNNI k block, n a multiple of 16 (streamed), two row groups, an odd panel per thread
+    (600, 1003, 80),
+    (40, 4096, 48),  # k exactly one VNNI block
 ]
 
 
