@@ -366,7 +366,7 @@ const KernelSet kScalar{"scalar", kb::scalar::detect_outliers, kb::scalar::quant
 const KernelSet kAvx2{"avx2", kb::avx2::detect_outliers, kb::avx2::quantize_rows,
                       kb::avx2::gemm_s8s8s32, kb::avx2::dequantize};
 const KernelSet kAvx512Vnni{"avx512vnni", kb::avx2::detect_outliers, kb::avx2::quantize_rows,
-                            kb::avx512vnni::gemm_s8s8s32, kb::avx2::dequantize};
+                            kb::avx512vnni::gemm_s8s8s32, kb::avx512vnni::dequantize};
 
 const KernelSet* best_kernel_set() {
   return cpu_has_avx512vnni() ? &kAvx512Vnni : cpu_has_avx2() ? &kAvx2 : &kScalar;

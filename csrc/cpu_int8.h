@@ -204,10 +204,15 @@ inline void finish_tile(const Epilogue* ep, DequantizeBlockFn block, int32_t* c,
   for (int64_t i = 0; i < rows; ++i) std::memcpy(c + (r0 + i) * n + j0, acc + i * ld, row_bytes);
 }
 
-// AVX512-VNNI GEMM (AVX512F + BW + VNNI); the other kernels of that set are the AVX2 ones.
+// AVX512-VNNI GEMM and dequantization (AVX512F + BW + VNNI); the set's other kernels are the
+// AVX2 ones.
 namespace avx512vnni {
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep);
+void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
+                DType out_dt);
+void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0,
+                      int64_t rows, int64_t j0, int64_t j1);
 }  // namespace avx512vnni
 
 void pack_b(const int8_t* b, int64_t n, int64_t k, int8_t* packed);

@@ -16,7 +16,7 @@
 // cache. The first row slice of a chunk, which pulls it from memory, prefetches it ahead
 // (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384 and 12288 x 49152
 // weights ran 1.1-2.9x slower on one Zen 5 core). The int32 product alone with k in one block
-// turns the order around (gemm_raw_one_block): each panel pair meets every row slice of the
+// turns the order around (gemm_one_block): each panel pair meets every row slice of the
 // group while in L1, and the tiles go from the accumulators straight to c. Up to stream_rows()
 // rows of A (decode), gemm_small_m streams the weights instead: each pair of panels read once,
 // prefetched ahead (into L2 or L1 by processor: DecodePrefetch), while every kMR-row slice of A
@@ -342,6 +342,61 @@ PackedA pack_a(const int8_t* a, int64_t m, int64_t k) {
   return ap;
 }
 
+// float -> bf16 of 16 lanes, rounded to nearest even, NaN as 0x7fc0: the AVX2 set's cvt_bf16.
+inline __m256i cvt_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  r = _mm512_srli_epi32(r, 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+  return _mm512_cvtepi32_epi16(r);  // every lane is below 2^16: truncation = saturation
+}
+
+template <DType D>
+inline void store16_out(void* base, int64_t i, __m512 v) {
+  if constexpr (D == DType::F32) {
+    _mm512_storeu_ps(static_cast<float*>(base) + i, v);
+  } else if constexpr (D == DType::F16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + i), cvt_bf16(v));
+  }
+}
+
+// The AVX2 set's dequant_block_impl 16 columns at a time: the same float operations in the
+// same order on each element, so the same bits. Rows on the float64-scale path and the last
+// columns short of 16 go to the AVX2 code itself. Against the AVX2 epilogue in the GEMMs
+// (paired in one process, Zen 5 VM, two threads, bf16 out with bias and two outlier columns):
+// 0.960-0.988x the time at 2048 tokens (d = 768-2560), 0.970x at 256 x 1024 x 4096, 0.980x
+// at 64 x 1536 x 6144; decode (rotating weights) 0.967-0.982x at m = 8, 0.99x at m = 32,
+// level at m = 1.
+template <DType D>
+void dequant_block_impl(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0,
+                        int64_t rows, int64_t j0, int64_t j1) {
+  const DequantArgs& d = e.d;
+  const int64_t n = e.n;
+  const float* cs = e.col_scale;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = r0 + i;
+    const int32_t* ar = acc + i * ld - j0;  // ar[j] for j in [j0, j1)
+    int64_t j = j0;
+    if (e.cols_safe && scale_is_safe(d.row_absmax[r])) {
+      const __m512 rs = _mm512_set1_ps(d.row_absmax[r]);
+      const float* ox = d.outlier_x ? d.outlier_x + r * d.c : nullptr;
+      for (; j + 16 <= j1; j += 16) {
+        const __m512 scale = _mm512_mul_ps(rs, _mm512_loadu_ps(cs + j));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(ar + j)), scale);
+        if (d.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(d.bias + j));
+        for (int64_t o = 0; o < d.c; ++o)
+          v = _mm512_fmadd_ps(_mm512_set1_ps(ox[o]), _mm512_loadu_ps(d.outlier_w + o * n + j), v);
+        store16_out<D>(e.out, r * n + j, v);
+      }
+    }
+    if (j < j1) avx2::dequantize_block(e, ar + j, ld, r, 1, j, j1);
+  }
+}
+
 // Decode (0 < m <= stream_rows()): the weights stream from memory, each byte used by few rows,
 // so each is read once. Each thread takes its range of panels two at a time (two sequential
 // streams, prefetched ahead) and finishes kNCp panels at a time. With one row slice (m <= kMR)
@@ -405,7 +460,7 @@ void gemm_small_m(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
           }
         }
       }
-      finish_tile(ep, avx2::dequantize_block, c, n, tile.data(), sld, 0, m, pc0 * 16,
+      finish_tile(ep, dequantize_block, c, n, tile.data(), sld, 0, m, pc0 * 16,
                   std::min(n, pc1 * 16));
     }
   }
@@ -428,31 +483,37 @@ inline void store_tile_streaming(int32_t* c, int64_t n, const int32_t* acc, int6
   }
 }
 
-// The int32 product alone (no epilogue) when k is one block (k <= kKC): each tile goes from the
-// accumulators straight to c, with no scratch in between, and each panel pair, once read into
-// L1, meets every row slice of the group (their packed A from L2) before the next pair; the
-// scratch path instead takes each row slice through every pair of its chunk, reading each pair
-// from L2 again for every slice. A product of at least streaming_store_bytes() is stored
-// non-temporally where c's rows are whole 64-byte lines. Same integers as the scratch path.
-// Against it (paired in one process, Zen 5 VM, two threads, 2048 tokens, hot): 0.960-0.962x
-// the time at 2048 x 768 x 3072, 2048 x 1024 x 4096 and 2048 x 1536 x 6144, 0.979-0.982x at
-// 2048 x 2048 x 8192 and 2048 x 2560 x 10240, 0.979x and 0.962x at 2048 x 3072 x 768 and
-// 2048 x 4096 x 1024; the direct stores alone (scratch path's order) 0.969-0.987x.
-void gemm_raw_one_block(const PackedA& ap, int64_t m, int64_t k, const int8_t* packed_b,
-                        int64_t n, int32_t* c) {
+// k in one block (k <= kKC): each panel pair, once read into L1, meets every row slice of the
+// group (their packed A from L2) before the next pair; the scratch path instead takes each row
+// slice through every pair of its chunk, reading each pair from L2 again for every slice.
+// Without an epilogue the tiles go from the accumulators straight to c (no scratch), a product
+// of at least streaming_store_bytes() stored non-temporally where c's rows are whole 64-byte
+// lines; with one, each tile is dequantized from a scratch of one tile. Same numbers as the
+// scratch path. Against it (paired in one process, Zen 5 VM, two threads, 2048 tokens, hot),
+// the int32 product: 0.960-0.962x the time at 2048 x 768 x 3072, 2048 x 1024 x 4096 and 2048
+// x 1536 x 6144, 0.979-0.982x at 2048 x 2048 x 8192 and 2048 x 2560 x 10240, 0.979x and
+// 0.962x at 2048 x 3072 x 768 and 2048 x 4096 x 1024; the direct stores alone (scratch path's
+// order) 0.969-0.987x. With the epilogue (bf16 out, bias, two outlier columns; the same
+// AVX-512 dequantization either way): 0.990x at 2048 x 768 x 3072 and 2048 x 1024 x 4096,
+// 0.997-1.001x at d = 1536-2560, 0.989x at 2048 x 3072 x 768 and 1.005-1.009x at 256 and 64
+// tokens: kept for one blocking of both (the AVX-512 epilogue gave the rest, see there).
+void gemm_one_block(const PackedA& ap, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
+                    int32_t* c, const Epilogue* ep) {
   const PackedLayout L(n, k);
   const int64_t panels = L.panels, panel_bytes = L.panel_bytes();
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes, kp = (k + 1) / 2;
   const int64_t mc = row_group_rows(m, k, kMR, kOneBlockAGroupBytes);
   const bool whole_lines = n % 16 == 0 && (reinterpret_cast<uintptr_t>(c) & 63) == 0;
-  const Store store = whole_lines && m * n * int64_t{4} >= streaming_store_bytes()
+  const Store store = !ep && whole_lines && m * n * int64_t{4} >= streaming_store_bytes()
                           ? Store::kStream
                           : Store::kOverwrite;
+  constexpr int64_t tile_ld = 32;  // one tile: kMR rows x two panels
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
+    alignas(64) int32_t tile[kMR * tile_ld];
     for (int64_t g0 = 0; g0 < m; g0 += mc) {
       const int64_t g1 = std::min(m, g0 + mc);
       for (int64_t p = p0; p < p1; p += 2) {
@@ -464,9 +525,16 @@ void gemm_raw_one_block(const PackedA& ap, int64_t m, int64_t k, const int8_t* p
           const int R = static_cast<int>(std::min<int64_t>(kMR, g1 - r0));
           // the group's first slice reads the pair from memory: it prefetches ahead
           const KernelFn kernel = tile_kernel(R, np, r0 == g0 ? Prefetch::kL1 : Prefetch::kNone);
-          kernel(ap.data() + r0 / kMR * block_bytes, packed_b + p * panel_bytes, panel_bytes,
-                 kp / 2, kp % 2 != 0, comp, c + r0 * n + p * 16, n, last_cols, store,
-                 kPrefetchBytes);
+          const uint8_t* a_slice = ap.data() + r0 / kMR * block_bytes;
+          const int8_t* pair = packed_b + p * panel_bytes;
+          if (!ep) {
+            kernel(a_slice, pair, panel_bytes, kp / 2, kp % 2 != 0, comp, c + r0 * n + p * 16, n,
+                   last_cols, store, kPrefetchBytes);
+            continue;
+          }
+          kernel(a_slice, pair, panel_bytes, kp / 2, kp % 2 != 0, comp, tile, tile_ld, last_cols,
+                 Store::kOverwrite, kPrefetchBytes);
+          dequantize_block(*ep, tile, tile_ld, r0, R, p * 16, std::min(n, (p + np) * 16));
         }
       }
     }
@@ -485,7 +553,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const PackedA ap = pack_a(a, m, k);
-  if (!ep && k <= kKC) return gemm_raw_one_block(ap, m, k, packed_b, n, c);
+  if (k <= kKC) return gemm_one_block(ap, m, k, packed_b, n, c, ep);
   // The rows go in groups whose packed A stays in the cache (row_group_rows). Each thread sums
   // into a scratch of its current panel chunk (kMR rows when k is one block, else the group's mc
   // rows), finished as soon as a row slice's last k block is in: dequantized (AVX2 code, shared
@@ -530,7 +598,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
               if (streamed)
                 store_tile_streaming(c, n, tile, sld, r0, R, pc0 * 16, std::min(n, pc1 * 16));
               else
-                finish_tile(ep, avx2::dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
+                finish_tile(ep, dequantize_block, c, n, tile, sld, r0, R, pc0 * 16,
                             std::min(n, pc1 * 16));
             }
           }
@@ -539,6 +607,20 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
     }
     if (streamed) _mm_sfence();  // the streamed stores are visible after the region
   }
+}
+
+void dequantize_block(const Epilogue& e, const int32_t* acc, int64_t ld, int64_t r0,
+                      int64_t rows, int64_t j0, int64_t j1) {
+  switch (e.out_dt) {
+    case DType::F32: return dequant_block_impl<DType::F32>(e, acc, ld, r0, rows, j0, j1);
+    case DType::F16: return dequant_block_impl<DType::F16>(e, acc, ld, r0, rows, j0, j1);
+    default: return dequant_block_impl<DType::BF16>(e, acc, ld, r0, rows, j0, j1);
+  }
+}
+
+void dequantize(const int32_t* acc, int64_t m, int64_t n, const DequantArgs& d, void* out,
+                DType out_dt) {
+  dequantize_rows(acc, m, n, d, out, out_dt, dequantize_block);
 }
 
 }  // namespace avx512vnni
