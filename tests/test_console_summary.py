@@ -194,3 +194,47 @@ def test_decode_shares_of_the_roofline_at_the_peak_and_at_the_bus(tmp_path, row_
     assert "share of its roofline" in text  # the title, wrapped over the narrow table
     assert "50% b80%" in text  # 40 GB/s: half the 80 GB/s peak, 80% of the 50 GB/s bus
     assert "b: share of the roofline at the bandwidth the bus gave" in text
+
+
+@pytest.mark.parametrize(
+    "rates, noted, suspect",
+    [
+        ([50.0, 50.0, 100.0, 100.0, 100.0], True, False),  # median past the peak, interval not
+        ([100.0] * 5, False, True),  # wholly past: flagged instead
+        ([50.0] * 5, False, False),
+    ],
+    ids=["median-past-peak", "flagged", "below"],
+)
+def test_rows_past_the_cached_peak_at_their_median_are_named(
+    tmp_path, row_factory, rates, noted, suspect
+):
+    """A cold decode row whose calls streamed at 50 GB/s in one state of a shared host and 100
+    GB/s in another reads 125% of a cached 80 GB/s peak at its median; its interval reaches
+    below the peak, so it is not flagged, but the run says the peak was read in a slower
+    moment (and how to raise it), in the terminal and in the report."""
+    from kernelbench.core import work_bytes
+    from kernelbench.report import write_report
+    from kernelbench.results.schema import write_env
+
+    nbytes = work_bytes("llm_int8", 1, 768, 3072)
+    raw_ms = [nbytes / (gbs * 1e9) * 1e3 for gbs in rates]
+    writer = ResultsWriter(tmp_path)
+    writer.append(row_factory("fp16", "torch", tokens=1, cache="cold"))
+    median = sorted(raw_ms)[2]
+    writer.append(
+        row_factory("llm_int8", "custom", tokens=1, cache="cold", median_ms=median, raw_ms=raw_ms)
+    )
+    peak = {
+        "int8": {"tops": 100.0, "source": "measured"},
+        "bandwidth": {"gbs": 80.0, "source": "measured"},
+    }
+    write_env(tmp_path, {"peak": peak})
+    view = load_view(tmp_path)
+    assert bool(view[view["method"] == "llm_int8"]["suspect"].iloc[0]) == suspect
+    text = printed(tmp_path)
+    assert ("ran faster at their median than the cached peaks allow" in text) == noted
+    if noted:
+        assert "up to 125% of the roofline: custom llm_int8, d=768, tokens=1" in text
+        assert "kernelbench peak --remeasure" in text
+    html = write_report([tmp_path]).read_text()
+    assert ("ran faster at their median than the cached peaks allow" in html) == noted

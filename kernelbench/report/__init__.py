@@ -22,7 +22,13 @@ from kernelbench import __version__
 from kernelbench.core import is_not_applicable
 from kernelbench.report import data, plots, tables
 from kernelbench.results.schema import KEY_COLUMNS
-from kernelbench.results.view import ci_target, headline, precision_line, slow_sixteen_bit_note
+from kernelbench.results.view import (
+    ci_target,
+    headline,
+    peak_exceeded_note,
+    precision_line,
+    slow_sixteen_bit_note,
+)
 
 __all__ = ["write_report", "render_report"]
 
@@ -173,6 +179,7 @@ def _single(run: data.Run) -> dict:
                 "errors": tables.error_grids(cell),
                 "suspects": tables.suspect_rows(ok),
                 "sixteen_bit_note": slow_sixteen_bit_note(ok),
+                "peak_note": peak_exceeded_note(ok),
                 "caches": _cache_text(ok),
                 "precision": precision_line(ok, ci_target(run.env)),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),

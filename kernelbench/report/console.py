@@ -27,6 +27,7 @@ from kernelbench.results.view import (
     by_round,
     headline,
     is_baseline,
+    peak_exceeded_note,
     rel_halfwidths,
     short_reason,
     slow_calls,
@@ -269,7 +270,7 @@ def print_tables(
     if shown:
         extra = pd.concat(by_tokens) if by_tokens else None
         console.print(f"[dim]{escape(_legend(pd.concat(shown), extra))}[/dim]")
-    _print_slow_sixteen_bit(df, console)
+    _print_warnings(df, console)
     _print_suspects(df, console)
     _print_wide(df, console, None if all_wide else WIDE_SHOWN)
     if skipped_table:
@@ -278,10 +279,10 @@ def print_tables(
         _print_skipped_summary(df, console)
 
 
-def _print_slow_sixteen_bit(df: pd.DataFrame, console: Console) -> None:
-    note = slow_sixteen_bit_note(df)
-    if note:
-        console.print(f"[yellow]{escape(note)}[/yellow]")
+def _print_warnings(df: pd.DataFrame, console: Console) -> None:
+    for note in (slow_sixteen_bit_note(df), peak_exceeded_note(df)):
+        if note:
+            console.print(f"[yellow]{escape(note)}[/yellow]")
 
 
 #: Wide rows listed at the end of a run (the widest first); ``show --wide`` lists them all. A

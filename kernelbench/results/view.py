@@ -16,7 +16,7 @@ import pandas as pd
 
 from kernelbench.core import BASELINE, PAPER_TOKENS
 from kernelbench.results.merge import pool_rows
-from kernelbench.results.physics import annotate, cache_levels, peaks
+from kernelbench.results.physics import ROOFLINE_MARGIN, annotate, cache_levels, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
 from kernelbench.settings import default, recorded
 
@@ -152,6 +152,30 @@ def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
         f"{len(faster)} of {len(fp32)} cells: the 16-bit GEMM is emulated or unoptimised here, "
         "so speedups over 16-bit overstate int8's gain over the fastest float path (compare "
         "with the fp32 row)."
+    )
+
+
+def peak_exceeded_note(df: pd.DataFrame) -> str | None:
+    """A warning when some rows ran faster at their median than their roofline allows, yet
+    are not ``suspect`` (their intervals reach below it): a cached peak read in a slower
+    moment of the machine than those calls (a shared VM's memory bus moves by 2x over
+    minutes), of which every share of the roofline in the run is a share."""
+    if "roofline_share" not in df:
+        return None
+    ok = df[(df["status"] == "ok") & (df["layer"] != "block")] if "layer" in df else df
+    share = ok["roofline_share"].astype(float)
+    suspect = ok["suspect"].fillna(False).astype(bool) if "suspect" in ok else False
+    over = ok[(share > 1 + ROOFLINE_MARGIN) & ~suspect]
+    if not len(over):
+        return None
+    top = over.loc[over["roofline_share"].astype(float).idxmax()]
+    return (
+        f"{len(over)} row(s) ran faster at their median than the cached peaks allow (up to "
+        f"{float(top['roofline_share']):.0%} of the roofline: {top['backend']} {top['method']}, "
+        f"d={top['d_model']}, tokens={top['tokens']}); their intervals reach below it, so they "
+        "are not flagged, but a peak was read in a slower moment of this machine than those "
+        "calls, and the run's shares of the roofline are shares of that lower peak: "
+        "`kernelbench peak --remeasure` in a quiet moment keeps the higher reading."
     )
 
 
