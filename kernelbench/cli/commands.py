@@ -450,9 +450,15 @@ def show(
         False, "--skipped", help="List rows not measured as a full table, not one line a reason"
     ),
     wide: bool = typer.Option(False, "--wide", help="List every wide row, not only the widest"),
+    states: bool = typer.Option(
+        False,
+        "--states",
+        help="Speedups split by the memory bus's state (the reading before each cold CPU "
+        "call), when the readings fall in two groups",
+    ),
 ) -> None:
     """Print the headline and tables of a saved run again."""
-    from kernelbench.report.console import print_tables
+    from kernelbench.report.console import print_state_tables, print_tables
     from kernelbench.results.schema import SchemaError
     from kernelbench.results.view import load_view
 
@@ -462,6 +468,8 @@ def show(
     except SchemaError as exc:
         raise fail(str(exc)) from None
     print_tables(df, console, skipped_table=skipped, all_wide=wide)
+    if states:
+        print_state_tables(df, console)
 
 
 @app.command()

@@ -1,0 +1,107 @@
+"""The memory bus's states: readings split into two groups, each row's pairs split with them."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kernelbench.results.states import MIN_SEPARATION, bus_split, state_speedups
+
+
+def two_states(slow: float, fast: float, n_slow: int, n_fast: int, jitter: float = 0.05):
+    rng = random.Random(0)
+    return [slow * (1 + rng.uniform(-jitter, jitter)) for _ in range(n_slow)] + [
+        fast * (1 + rng.uniform(-jitter, jitter)) for _ in range(n_fast)
+    ]
+
+
+def test_readings_in_two_groups_far_apart_split_between_them():
+    split = bus_split(two_states(45.0, 110.0, 60, 40))
+    assert split is not None
+    assert 47.25 < split.threshold_gbps < 104.5  # in the gap between the two groups
+    assert split.slow_gbps == pytest.approx(45.0, rel=0.05)
+    assert split.fast_gbps == pytest.approx(110.0, rel=0.05)
+    assert split.slow_share == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    "readings",
+    [
+        two_states(60.0, 60.0, 50, 50, jitter=0.2),  # one state with noise
+        two_states(60.0, 60.0 * MIN_SEPARATION * 0.9, 50, 50, jitter=0.0),  # too close
+        two_states(45.0, 110.0, 97, 3),  # a few outliers are not a state
+        two_states(45.0, 110.0, 5, 5),  # too few readings to say
+        [],
+    ],
+    ids=["one-state", "too-close", "outliers", "few", "none"],
+)
+def test_no_split_without_two_full_groups_far_apart(readings):
+    assert bus_split(readings) is None
+
+
+def test_each_pair_goes_to_the_state_of_the_reading_before_its_call():
+    split = bus_split(two_states(45.0, 110.0, 50, 50))
+    # int8 at 1 ms throughout; the 16-bit baseline 3 ms in the slow state, 6 in the fast one
+    bus = [45.0, 110.0] * 10
+    base = [3.0 if b < 70 else 6.0 for b in bus]
+    by_state = state_speedups([1.0] * 20, base, bus, split)
+    assert by_state["slow"].speedup == pytest.approx(3.0) and by_state["slow"].pairs == 10
+    assert by_state["fast"].speedup == pytest.approx(6.0) and by_state["fast"].pairs == 10
+    assert by_state["slow"].lo == pytest.approx(3.0) and by_state["fast"].hi == pytest.approx(6.0)
+    # misaligned (a round without readings): nothing
+    assert state_speedups([1.0] * 20, base, bus[:-1], split) == {}
+    # one state only
+    only = state_speedups([1.0] * 3, [3.0] * 3, [45.0] * 3, split)
+    assert set(only) == {"slow"}
+
+
+def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_factory):
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+    from kernelbench.results.schema import ResultsWriter
+
+    bus = [45.0, 110.0] * 15
+    base = [3.0 if b < 70 else 6.0 for b in bus]
+    writer = ResultsWriter(tmp_path)
+    writer.append(row_factory("fp16", "torch", tokens=1, cache="cold"))
+    writer.append(
+        row_factory(
+            "int8_raw",
+            "custom",
+            tokens=1,
+            cache="cold",
+            median_ms=1.0,
+            raw_ms=[1.0] * 30,
+            baseline_raw_ms=base,
+            paired=True,
+            bus_gbps=bus,
+        )
+    )
+    result = CliRunner().invoke(app, ["show", str(tmp_path), "--states"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "Bus states: 30 readings" in out and "the slow state (50% of them" in out
+    assert "3.00 ±0.00 n=15" in out and "6.00 ±0.00 n=15" in out
+    assert "1 tokens · slow state (under" in out and "fast state (" in out
+    assert "Precision in the slow state: 1 of 1 speedups within ±5%" in out
+    # a run in one state: said, no tables
+    flat = tmp_path / "flat"
+    writer = ResultsWriter(flat)
+    writer.append(row_factory("fp16", "torch", tokens=1, cache="cold"))
+    writer.append(
+        row_factory(
+            "int8_raw",
+            "custom",
+            tokens=1,
+            cache="cold",
+            median_ms=1.0,
+            raw_ms=[1.0] * 30,
+            baseline_raw_ms=[3.0] * 30,
+            paired=True,
+            bus_gbps=[45.0] * 30,
+        )
+    )
+    flat_out = CliRunner().invoke(app, ["show", str(flat), "--states"]).output
+    assert "No two bus states in this run's 30 readings" in flat_out
