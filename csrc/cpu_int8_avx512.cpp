@@ -15,9 +15,9 @@
 // time (kMR x 2 zmm accumulators); the rows go in groups sized so the group's A stays in the
 // cache. The first row slice of a chunk, which pulls it from memory, prefetches it ahead
 // (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384 and 12288 x 49152
-// weights ran 1.1-2.9x slower on one Zen 5 core). The int32 product alone with k in one block
-// turns the order around (gemm_one_block): each panel pair meets every row slice of the
-// group while in L1, and the tiles go from the accumulators straight to c. Up to stream_rows()
+// weights ran 1.1-2.9x slower on one Zen 5 core). With k in one block the order turns around
+// (gemm_one_block): each panel pair meets every row slice of the group while in L1, and the
+// int32 product goes from the accumulators straight to c. Up to stream_rows()
 // rows of A (decode), gemm_small_m streams the weights instead: each pair of panels read once,
 // prefetched ahead (into L2 or L1 by processor: DecodePrefetch), while every kMR-row slice of A
 // multiplies it from cache.
@@ -554,13 +554,12 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
   const PackedA ap = pack_a(a, m, k);
   if (k <= kKC) return gemm_one_block(ap, m, k, packed_b, n, c, ep);
-  // The rows go in groups whose packed A stays in the cache (row_group_rows). Each thread sums
-  // into a scratch of its current panel chunk (kMR rows when k is one block, else the group's mc
-  // rows), finished as soon as a row slice's last k block is in: dequantized (AVX2 code, shared
-  // with that kernel set; the int32 product never goes to memory whole) or, without an epilogue,
-  // copied to c. Both paths run the same blocking.
-  const int64_t mc = row_group_rows(m, k, kMR, k <= kKC ? kOneBlockAGroupBytes : kAGroupBytes);
-  const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
+  // Several k blocks: the rows go in groups whose packed A stays in the cache (row_group_rows).
+  // Each thread sums into a scratch of its current panel chunk for the group's rows, finished as
+  // soon as a row slice's last k block is in: dequantized (dequantize_block; the int32 product
+  // never goes to memory whole) or, without an epilogue, copied to c. Both run the same blocking.
+  const int64_t mc = row_group_rows(m, k, kMR);
+  const int64_t sld = kNCp * 16, srows = std::min(mc, m);
   const bool streamed = !ep && m * n * int64_t{4} >= streaming_store_bytes();
 #pragma omp parallel
   {
@@ -583,7 +582,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
             comp[p - pc0] = last_block ? _mm512_loadu_si512(sums + p * 16) : _mm512_setzero_si512();
           for (int64_t r0 = g0; r0 < g1; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, g1 - r0));
-            int32_t* tile = scratch.data() + (srows == kMR ? 0 : r0 - g0) * sld;
+            int32_t* tile = scratch.data() + (r0 - g0) * sld;
             for (int64_t p = pc0; p < pc1; p += 2) {
               const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
               const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
