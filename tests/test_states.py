@@ -56,15 +56,11 @@ def test_each_pair_goes_to_the_state_of_the_reading_before_its_call():
     assert set(only) == {"slow"}
 
 
-def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_factory):
-    from typer.testing import CliRunner
-
-    from kernelbench.cli import app
+def _paired_run(run_dir, row_factory, baseline_ms, bus):
+    """A cold one-token run: the 16-bit baseline and custom int8_raw at 1 ms a call, paired."""
     from kernelbench.results.schema import ResultsWriter
 
-    bus = [45.0, 110.0] * 15
-    base = [3.0 if b < 70 else 6.0 for b in bus]
-    writer = ResultsWriter(tmp_path)
+    writer = ResultsWriter(run_dir)
     writer.append(row_factory("fp16", "torch", tokens=1, cache="cold"))
     writer.append(
         row_factory(
@@ -73,13 +69,24 @@ def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_fact
             tokens=1,
             cache="cold",
             median_ms=1.0,
-            raw_ms=[1.0] * 30,
-            baseline_raw_ms=base,
+            raw_ms=[1.0] * len(bus),
+            baseline_raw_ms=baseline_ms,
             paired=True,
             bus_gbps=bus,
         )
     )
-    result = CliRunner().invoke(app, ["show", str(tmp_path), "--states"], env={"COLUMNS": "200"})
+    return run_dir
+
+
+def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_factory):
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+
+    bus = [45.0, 110.0] * 15
+    base = [3.0 if b < 70 else 6.0 for b in bus]
+    run = _paired_run(tmp_path / "two", row_factory, base, bus)
+    result = CliRunner().invoke(app, ["show", str(run), "--states"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Bus states: 30 readings" in out and "the slow state (50% of them" in out
@@ -87,21 +94,6 @@ def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_fact
     assert "1 tokens · slow state (under" in out and "fast state (" in out
     assert "Precision in the slow state: 1 of 1 speedups within ±5%" in out
     # a run in one state: said, no tables
-    flat = tmp_path / "flat"
-    writer = ResultsWriter(flat)
-    writer.append(row_factory("fp16", "torch", tokens=1, cache="cold"))
-    writer.append(
-        row_factory(
-            "int8_raw",
-            "custom",
-            tokens=1,
-            cache="cold",
-            median_ms=1.0,
-            raw_ms=[1.0] * 30,
-            baseline_raw_ms=[3.0] * 30,
-            paired=True,
-            bus_gbps=[45.0] * 30,
-        )
-    )
+    flat = _paired_run(tmp_path / "flat", row_factory, [3.0] * 30, [45.0] * 30)
     flat_out = CliRunner().invoke(app, ["show", str(flat), "--states"]).output
     assert "No two bus states in this run's 30 readings" in flat_out
