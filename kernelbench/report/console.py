@@ -5,7 +5,6 @@ rows that are suspect, skipped or failed. Every string from the data is escaped.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 
 import pandas as pd
@@ -23,7 +22,7 @@ from kernelbench.core import (
     is_not_applicable,
 )
 from kernelbench.results.schema import third_party_label
-from kernelbench.results.states import BusSplit, bus_split, state_speedups
+from kernelbench.results.states import StateSpeedup
 from kernelbench.results.view import (
     SLOW_FACTOR,
     by_round,
@@ -34,6 +33,8 @@ from kernelbench.results.view import (
     short_reason,
     slow_calls,
     slow_sixteen_bit_note,
+    state_precision,
+    state_view,
 )
 from kernelbench.statistics import rel_halfwidth
 
@@ -461,41 +462,13 @@ def print_accuracy(rows, console: Console) -> None:
     console.print(t)
 
 
-def _state_text(row: pd.Series, split: BusSplit, state: str, target: float) -> str:
-    by_state = state_speedups(
-        row.get("raw_ms") or [], row.get("baseline_raw_ms") or [], row.get("bus_gbps") or [], split
-    )
-    s = by_state.get(state)
+def _state_text(s: StateSpeedup | None, target: float) -> str:
     if s is None:
         return "-"
     if s.lo is None or s.hi is None:
         return f"{s.speedup:.2f} ? n={s.pairs}"
     mark = "" if rel_halfwidth(s.speedup, s.lo, s.hi) <= target else " [yellow]![/yellow]"
     return f"{s.speedup:.2f} ±{(s.hi - s.lo) / 2:.2f} n={s.pairs}{mark}"
-
-
-def state_precision(df: pd.DataFrame, split: BusSplit, target: float) -> dict[str, tuple]:
-    """Per state: (speedups within ``target``, speedups with two pairs or more in that
-    state, median relative half-width) over the view's paired, non-baseline rows."""
-    widths: dict[str, list[float]] = {"slow": [], "fast": []}
-    for _, row in _state_rows(df).iterrows():
-        by_state = state_speedups(row["raw_ms"], row["baseline_raw_ms"], row["bus_gbps"], split)
-        for state, s in by_state.items():
-            if s.pairs >= 2:
-                widths[state].append(rel_halfwidth(s.speedup, s.lo, s.hi))
-    return {
-        state: (sum(w <= target for w in ws), len(ws), statistics.median(ws) if ws else math.nan)
-        for state, ws in widths.items()
-    }
-
-
-def _state_rows(df: pd.DataFrame) -> pd.DataFrame:
-    if not len(df) or "bus_gbps" not in df:
-        return df.iloc[0:0]
-    rows = df[(df["status"] == "ok") & df["paired"].fillna(False).astype(bool)]
-    if "layer" in rows:
-        rows = rows[rows["layer"] != "block"]
-    return rows[~is_baseline(rows)]
 
 
 def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None:
@@ -506,12 +479,11 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)
-    rows = _state_rows(df)
-    readings = [b for v in rows.get("bus_gbps", pd.Series(dtype=object)) for b in (v or [])]
-    split = bus_split(readings)
+    states = state_view(df)
+    split = states.split
     if split is None:
         console.print(
-            f"No two bus states in this run's {len(readings)} readings (cold CPU calls record "
+            f"No two bus states in this run's {states.readings} readings (cold CPU calls record "
             "them; two groups must lie 1.3x apart, each with a tenth of the readings): the "
             "pooled tables stand as they are."
         )
@@ -519,7 +491,7 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
     target = float(df.attrs.get("ci_target") or 0.05)
     console.print(
         escape(
-            f"Bus states: {len(readings)} readings before the calls; under "
+            f"Bus states: {states.readings} readings before the calls; under "
             f"{split.threshold_gbps:.0f} GB/s the slow state ({split.slow_share:.0%} of them, "
             f"median {split.slow_gbps:.0f} GB/s), above it the fast one (median "
             f"{split.fast_gbps:.0f} GB/s). Each pair goes to the state its call's reading puts "
@@ -531,6 +503,7 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
         "slow": f"under {split.threshold_gbps:.0f} GB/s",
         "fast": f"{split.threshold_gbps:.0f} GB/s and above",
     }
+    rows = df.loc[list(states.by_row)]
     for (dclass, layer, tokens), cell in rows.groupby(["device_class", "layer", "tokens"]):
         for state, bound in bounds.items():
             head = f"{dclass} · layer {layer} · {tokens} tokens · {state} state ({bound})"
@@ -539,10 +512,11 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
                 grid(
                     cell,
                     "Speedup over 16-bit, 95% interval, pairs",
-                    lambda r, st=state: _state_text(r, split, st, target),
+                    lambda r, st=state: _state_text(states.by_row[r.name].get(st), target),
                 )
             )
-    for state, (within, total, median) in state_precision(df, split, target).items():
+    precision = state_precision(states.by_row.values(), target)
+    for state, (within, total, median) in precision.items():
         console.print(
             f"Precision in the {state} state: {within} of {total} speedups within "
             f"±{target:.0%}, median half-width {median:.1%}."

@@ -9,7 +9,10 @@ read one row per key: :func:`pooled_view` pools the rounds
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +21,9 @@ from kernelbench.core import BASELINE, PAPER_TOKENS
 from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import ROOFLINE_MARGIN, annotate, cache_levels, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
+from kernelbench.results.states import BusSplit, StateSpeedup, bus_split, state_speedups
 from kernelbench.settings import default, recorded
+from kernelbench.statistics import rel_halfwidth
 
 _EXCEPTION = re.compile(r"\b\w*(Error|Exception)\b")
 _PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
@@ -205,6 +210,51 @@ def rel_halfwidths(rows: pd.DataFrame) -> pd.Series:
     """Each row's 95% speedup interval, half its width relative to the speedup (NaN without
     an interval): :func:`kernelbench.statistics.rel_halfwidth` over a frame."""
     return (rows["speedup_hi"] - rows["speedup_lo"]) / 2 / rows["speedup"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StateView:
+    """A view's speedups split by the memory bus's state (:mod:`kernelbench.results.states`):
+    how many bus readings its paired rows hold, their split (``None``: no two states), and each
+    paired row's speedups by state, keyed by the view's index."""
+
+    readings: int
+    split: BusSplit | None
+    by_row: dict[object, dict[str, StateSpeedup]]
+
+
+def state_view(df: pd.DataFrame) -> StateView:
+    """:class:`StateView` of the paired speedup rows of ``df``: the split and each row's
+    per-state speedups computed once."""
+    rows = _speedup_rows(df)
+    if "paired" not in rows or "bus_gbps" not in rows:
+        return StateView(0, None, {})
+    rows = rows[rows["paired"].fillna(False).astype(bool)]
+    readings = [b for v in rows["bus_gbps"] for b in (v or [])]
+    split = bus_split(readings)
+    if split is None:
+        return StateView(len(readings), None, {})
+    by_row = {
+        idx: state_speedups(r["raw_ms"], r["baseline_raw_ms"], r["bus_gbps"], split)
+        for idx, r in rows.iterrows()
+    }
+    return StateView(len(readings), split, by_row)
+
+
+def state_precision(
+    by_row: Iterable[dict[str, StateSpeedup]], target: float
+) -> dict[str, tuple[int, int, float]]:
+    """Per state: (speedups within ``target``, speedups with two pairs or more in that
+    state, median relative half-width)."""
+    widths: dict[str, list[float]] = {"slow": [], "fast": []}
+    for by_state in by_row:
+        for state, s in by_state.items():
+            if s.pairs >= 2:
+                widths[state].append(rel_halfwidth(s.speedup, s.lo, s.hi))
+    return {
+        state: (sum(w <= target for w in ws), len(ws), statistics.median(ws) if ws else math.nan)
+        for state, ws in widths.items()
+    }
 
 
 def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
