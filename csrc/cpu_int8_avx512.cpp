@@ -547,13 +547,13 @@ void gemm_one_block(const PackedA& ap, int64_t m, int64_t k, const int8_t* packe
 void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
                   int32_t* c, const Epilogue* ep) {
   if (m > 0 && m <= stream_rows()) return gemm_small_m(a, m, k, packed_b, n, c, ep);
+  const PackedA ap = pack_a(a, m, k);
+  if (k <= kKC) return gemm_one_block(ap, m, k, packed_b, n, c, ep);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels, panel_bytes = L.panel_bytes();
   // 128 x each column's sum over k, after the panels
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
-  const PackedA ap = pack_a(a, m, k);
-  if (k <= kKC) return gemm_one_block(ap, m, k, packed_b, n, c, ep);
   // Several k blocks: the rows go in groups whose packed A stays in the cache (row_group_rows).
   // Each thread sums into a scratch of its current panel chunk for the group's rows, finished as
   // soon as a row slice's last k block is in: dequantized (dequantize_block; the int32 product
