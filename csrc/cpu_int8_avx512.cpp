@@ -15,9 +15,10 @@
 // time (kMR x 2 zmm accumulators); the rows go in groups sized so the group's A stays in the
 // cache. The first row slice of a chunk, which pulls it from memory, prefetches it ahead
 // (without, that slice waited on DRAM latency: rows 8-256 at 4096 x 16384 and 12288 x 49152
-// weights ran 1.1-2.9x slower on one Zen 5 core). With k in one block the order turns around
-// (gemm_one_block): each panel pair meets every row slice of the group while in L1, and the
-// int32 product goes from the accumulators straight to c. Up to stream_rows()
+// weights ran 1.1-2.9x slower on one Zen 5 core). A large int32 product with k in one block,
+// stored past the caches, turns the order around (gemm_one_block_streamed): each panel pair
+// meets every row slice of the group while in L1, and the tiles go from the accumulators
+// straight to c. Up to stream_rows()
 // rows of A (decode), gemm_small_m streams the weights instead: each pair of panels read once,
 // prefetched ahead (into L2 or L1 by processor: DecodePrefetch), while every kMR-row slice of A
 // multiplies it from cache.
@@ -483,62 +484,48 @@ inline void store_tile_streaming(int32_t* c, int64_t n, const int32_t* acc, int6
   }
 }
 
-// k in one block (k <= kKC): each panel pair, once read into L1, meets every row slice of the
-// group (their packed A from L2) before the next pair; the scratch path instead takes each row
-// slice through every pair of its chunk, reading each pair from L2 again for every slice.
-// Without an epilogue the tiles go from the accumulators straight to c (no scratch), a product
-// of at least streaming_store_bytes() stored non-temporally where c's rows are whole 64-byte
-// lines; with one, each tile is dequantized from a scratch of one tile. Same numbers as the
-// scratch path. Against it (paired in one process, Zen 5 VM, two threads, 2048 tokens, hot),
-// the int32 product: 0.960-0.962x the time at 2048 x 768 x 3072, 2048 x 1024 x 4096 and 2048
-// x 1536 x 6144, 0.979-0.982x at 2048 x 2048 x 8192 and 2048 x 2560 x 10240, 0.979x and
-// 0.962x at 2048 x 3072 x 768 and 2048 x 4096 x 1024; the direct stores alone (scratch path's
-// order) 0.969-0.987x. With the epilogue (bf16 out, bias, two outlier columns; the same
-// AVX-512 dequantization either way): 0.990x at 2048 x 768 x 3072 and 2048 x 1024 x 4096,
-// 0.997-1.001x at d = 1536-2560, 0.989x at 2048 x 3072 x 768 and 1.005-1.009x at 256 and 64
-// tokens: kept for one blocking of both (the AVX-512 epilogue gave the rest, see there).
-void gemm_one_block(const PackedA& ap, int64_t m, int64_t k, const int8_t* packed_b, int64_t n,
-                    int32_t* c, const Epilogue* ep) {
+// The int32 product alone, k in one block (k <= kKC), stored non-temporally (at least
+// streaming_store_bytes(), c's rows whole 64-byte lines): each panel pair, once read into L1,
+// meets every row slice of the group (their packed A from L2) before the next pair, and the
+// tiles go from the accumulators straight to c. The scratch path instead takes each row slice
+// through every pair of its chunk, reading each pair from L2 again for every slice. Same
+// integers. Against the scratch path (paired in one process, Zen 5 VM, two threads, 2048
+// tokens, hot): 0.960-0.962x the time at 2048 x 768 x 3072, 2048 x 1024 x 4096 and 2048 x
+// 1536 x 6144, 0.979-0.982x at 2048 x 2048 x 8192 and 2048 x 2560 x 10240, 0.979x and 0.962x
+// at 2048 x 3072 x 768 and 2048 x 4096 x 1024. With cached stores this order writes each
+// pair's column strip down every row of the group (32 KiB of dirty lines per pair at 256 x
+// 1024 x 4096, beside the pair in L1): there the int32 product took 1.28-1.31 ms against
+// 1.18-1.21 ms on the scratch path (cold, three alternating runs of each build; custom
+// int8_raw / oneDNN 0.94-0.98 against 0.91-0.95), and with the epilogue the order was level
+// (0.99-1.01x), so both stay on the scratch path.
+void gemm_one_block_streamed(const PackedA& ap, int64_t m, int64_t k, const int8_t* packed_b,
+                             int64_t n, int32_t* c) {
   const PackedLayout L(n, k);
   const int64_t panels = L.panels, panel_bytes = L.panel_bytes();
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes, kp = (k + 1) / 2;
   const int64_t mc = row_group_rows(m, k, kMR, kOneBlockAGroupBytes);
-  const bool whole_lines = n % 16 == 0 && (reinterpret_cast<uintptr_t>(c) & 63) == 0;
-  const Store store = !ep && whole_lines && m * n * int64_t{4} >= streaming_store_bytes()
-                          ? Store::kStream
-                          : Store::kOverwrite;
-  constexpr int64_t tile_ld = 32;  // one tile: kMR rows x two panels
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p0 = panels * t / T, p1 = panels * (t + 1) / T;
-    alignas(64) int32_t tile[kMR * tile_ld];
     for (int64_t g0 = 0; g0 < m; g0 += mc) {
       const int64_t g1 = std::min(m, g0 + mc);
       for (int64_t p = p0; p < p1; p += 2) {
         const int np = static_cast<int>(std::min<int64_t>(2, p1 - p));
-        const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
         __m512i comp[2];
         for (int i = 0; i < np; ++i) comp[i] = _mm512_loadu_si512(sums + (p + i) * 16);
         for (int64_t r0 = g0; r0 < g1; r0 += kMR) {
           const int R = static_cast<int>(std::min<int64_t>(kMR, g1 - r0));
           // the group's first slice reads the pair from memory: it prefetches ahead
           const KernelFn kernel = tile_kernel(R, np, r0 == g0 ? Prefetch::kL1 : Prefetch::kNone);
-          const uint8_t* a_slice = ap.data() + r0 / kMR * block_bytes;
-          const int8_t* pair = packed_b + p * panel_bytes;
-          if (!ep) {
-            kernel(a_slice, pair, panel_bytes, kp / 2, kp % 2 != 0, comp, c + r0 * n + p * 16, n,
-                   last_cols, store, kPrefetchBytes);
-            continue;
-          }
-          kernel(a_slice, pair, panel_bytes, kp / 2, kp % 2 != 0, comp, tile, tile_ld, last_cols,
-                 Store::kOverwrite, kPrefetchBytes);
-          dequantize_block(*ep, tile, tile_ld, r0, R, p * 16, std::min(n, (p + np) * 16));
+          kernel(ap.data() + r0 / kMR * block_bytes, packed_b + p * panel_bytes, panel_bytes,
+                 kp / 2, kp % 2 != 0, comp, c + r0 * n + p * 16, n, 16, Store::kStream,
+                 kPrefetchBytes);
         }
       }
     }
-    if (store == Store::kStream) _mm_sfence();  // the streamed stores are visible after
+    _mm_sfence();  // the streamed stores are visible after the region
   }
 }
 
@@ -548,19 +535,22 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
                   int32_t* c, const Epilogue* ep) {
   if (m > 0 && m <= stream_rows()) return gemm_small_m(a, m, k, packed_b, n, c, ep);
   const PackedA ap = pack_a(a, m, k);
-  if (k <= kKC) return gemm_one_block(ap, m, k, packed_b, n, c, ep);
+  const bool streamed = !ep && m * n * int64_t{4} >= streaming_store_bytes();
+  const bool whole_lines = n % 16 == 0 && (reinterpret_cast<uintptr_t>(c) & 63) == 0;
+  if (k <= kKC && streamed && whole_lines)
+    return gemm_one_block_streamed(ap, m, k, packed_b, n, c);
   const PackedLayout L(n, k);
   const int64_t panels = L.panels, panel_bytes = L.panel_bytes();
   // 128 x each column's sum over k, after the panels
   const int32_t* sums = reinterpret_cast<const int32_t*>(packed_b + L.sums_offset());
   const int64_t block_bytes = (k + 3) / 4 * kQuadBytes;
-  // Several k blocks: the rows go in groups whose packed A stays in the cache (row_group_rows).
-  // Each thread sums into a scratch of its current panel chunk for the group's rows, finished as
-  // soon as a row slice's last k block is in: dequantized (dequantize_block; the int32 product
-  // never goes to memory whole) or, without an epilogue, copied to c. Both run the same blocking.
-  const int64_t mc = row_group_rows(m, k, kMR);
-  const int64_t sld = kNCp * 16, srows = std::min(mc, m);
-  const bool streamed = !ep && m * n * int64_t{4} >= streaming_store_bytes();
+  // The rows go in groups whose packed A stays in the cache (row_group_rows). Each thread sums
+  // into a scratch of its current panel chunk (kMR rows when k is one block, else the group's mc
+  // rows), finished as soon as a row slice's last k block is in: dequantized (dequantize_block;
+  // the int32 product never goes to memory whole) or, without an epilogue, copied to c. Both
+  // paths run the same blocking.
+  const int64_t mc = row_group_rows(m, k, kMR, k <= kKC ? kOneBlockAGroupBytes : kAGroupBytes);
+  const int64_t sld = kNCp * 16, srows = k > kKC ? std::min(mc, m) : kMR;
 #pragma omp parallel
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
@@ -582,7 +572,7 @@ void gemm_s8s8s32(const int8_t* a, int64_t m, int64_t k, const int8_t* packed_b,
             comp[p - pc0] = last_block ? _mm512_loadu_si512(sums + p * 16) : _mm512_setzero_si512();
           for (int64_t r0 = g0; r0 < g1; r0 += kMR) {
             const int R = static_cast<int>(std::min<int64_t>(kMR, g1 - r0));
-            int32_t* tile = scratch.data() + (r0 - g0) * sld;
+            int32_t* tile = scratch.data() + (srows == kMR ? 0 : r0 - g0) * sld;
             for (int64_t p = pc0; p < pc1; p += 2) {
               const int np = static_cast<int>(std::min<int64_t>(2, pc1 - p));
               const int last_cols = static_cast<int>(std::min<int64_t>(16, n - (p + np - 1) * 16));
