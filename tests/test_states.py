@@ -97,3 +97,19 @@ def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_fact
     flat = _paired_run(tmp_path / "flat", row_factory, [3.0] * 30, [45.0] * 30)
     flat_out = CliRunner().invoke(app, ["show", str(flat), "--states"]).output
     assert "No two bus states in this run's 30 readings" in flat_out
+
+
+def test_report_shows_each_states_speedup_beside_the_other(tmp_path, row_factory):
+    from kernelbench.report import write_report
+
+    bus = [45.0, 110.0] * 15
+    base = [3.0 if b < 70 else 6.0 for b in bus]
+    html = write_report([_paired_run(tmp_path / "two", row_factory, base, bus)]).read_text()
+    section = html[html.index('class="section-states"') : html.index('class="section-suspects"')]
+    assert "Bus states: 30 readings" in section
+    assert "Precision in the slow state: 1 of 1 speedups within ±5%" in section
+    assert 'data-slow="3.0"' in section and 'data-fast="6.0"' in section
+    assert "3.00 | 6.00" in section and "[3.00, 3.00] n=15 | [6.00, 6.00] n=15" in section
+    # one state: no such section
+    flat = _paired_run(tmp_path / "flat", row_factory, [3.0] * 30, [45.0] * 30)
+    assert "section-states" not in write_report([flat]).read_text()

@@ -28,6 +28,9 @@ from kernelbench.results.view import (
     peak_exceeded_note,
     precision_line,
     slow_sixteen_bit_note,
+    state_precision_lines,
+    state_split_text,
+    state_view,
 )
 
 __all__ = ["write_report", "render_report"]
@@ -149,6 +152,18 @@ def _accuracy(run: data.Run) -> dict | None:
     }
 
 
+def _states(ok, target: float) -> dict | None:
+    """The by-state section of a device class's rows (None: its readings show no two states)."""
+    states = state_view(ok)
+    if states.split is None:
+        return None
+    return {
+        "split": state_split_text(states),
+        "precision": state_precision_lines(states, target),
+        "grids": tables.state_grids(ok, states, target),
+    }
+
+
 def _single(run: data.Run) -> dict:
     groups = []
     accuracy = _accuracy(run)
@@ -182,6 +197,7 @@ def _single(run: data.Run) -> dict:
                 "peak_note": peak_exceeded_note(ok),
                 "caches": _cache_text(ok),
                 "precision": precision_line(ok, ci_target(run.env)),
+                "states": _states(ok, ci_target(run.env)),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
                 "has_paper": bool(cell["paper_speedup"].notna().any())
                 if "paper_speedup" in cell

@@ -33,7 +33,8 @@ from kernelbench.results.view import (
     short_reason,
     slow_calls,
     slow_sixteen_bit_note,
-    state_precision,
+    state_precision_lines,
+    state_split_text,
     state_view,
 )
 from kernelbench.statistics import rel_halfwidth
@@ -481,24 +482,10 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
         console = Console(width=160)
     states = state_view(df)
     split = states.split
+    console.print(escape(state_split_text(states)), soft_wrap=True)
     if split is None:
-        console.print(
-            f"No two bus states in this run's {states.readings} readings (cold CPU calls record "
-            "them; two groups must lie 1.3x apart, each with a tenth of the readings): the "
-            "pooled tables stand as they are."
-        )
         return
     target = float(df.attrs.get("ci_target") or 0.05)
-    console.print(
-        escape(
-            f"Bus states: {states.readings} readings before the calls; under "
-            f"{split.threshold_gbps:.0f} GB/s the slow state ({split.slow_share:.0%} of them, "
-            f"median {split.slow_gbps:.0f} GB/s), above it the fast one (median "
-            f"{split.fast_gbps:.0f} GB/s). Each pair goes to the state its call's reading puts "
-            "it in; a pair near the threshold can belong to either."
-        ),
-        soft_wrap=True,
-    )
     bounds = {
         "slow": f"under {split.threshold_gbps:.0f} GB/s",
         "fast": f"{split.threshold_gbps:.0f} GB/s and above",
@@ -515,9 +502,5 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
                     lambda r, st=state: _state_text(states.by_row[r.name].get(st), target),
                 )
             )
-    precision = state_precision(states.by_row.values(), target)
-    for state, (within, total, median) in precision.items():
-        console.print(
-            f"Precision in the {state} state: {within} of {total} speedups within "
-            f"±{target:.0%}, median half-width {median:.1%}."
-        )
+    for line in state_precision_lines(states, target):
+        console.print(line)

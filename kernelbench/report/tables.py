@@ -15,7 +15,10 @@ import pandas as pd
 from kernelbench.core import TABLE1_PERPLEXITY
 from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
+from kernelbench.results.states import StateSpeedup
 from kernelbench.results.verdict import speed_verdict
+from kernelbench.results.view import StateView
+from kernelbench.statistics import rel_halfwidth
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
 CELL = ["backend", "method", "d_model"]
@@ -193,6 +196,55 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
         return "; ".join(parts)
 
     return _backend_grids(ok, "speedup", caption, cells)
+
+
+def _state_value(s: StateSpeedup | None, target: float) -> tuple[str, str]:
+    """(number with its ! mark, interval and pairs) of one state's speedup."""
+    if s is None:
+        return "–", "n=0"
+    wide = rel_halfwidth(s.speedup, s.lo, s.hi) > target
+    interval = "" if s.lo is None or s.hi is None else f"[{s.lo:.2f}, {s.hi:.2f}] "
+    return fmt(s.speedup) + (" !" if wide else ""), f"{interval}n={s.pairs}"
+
+
+def state_grids(ok: pd.DataFrame, states: StateView, target: float) -> list[Grid]:
+    """Per layer, token count and backend: each row's speedup in the bus's slow and fast state
+    (:func:`kernelbench.results.view.state_view`), side by side. Empty without two states."""
+    if states.split is None or not states.by_row:
+        return []
+    rows = ok.loc[[i for i in states.by_row if i in ok.index]]
+    caption = (
+        "speedup over the 16-bit baseline in the slow state | in the fast state (median of the "
+        "pairs whose call the bus reading puts there); under each number: each state's 95% "
+        f"interval and pairs; ! interval wider than ±{target:.0%}"
+    )
+
+    def cells(backend: str, df: pd.DataFrame) -> CellOf:
+        by_key = {(r.method, r.d_model): states.by_row[i] for i, r in df.iterrows()}
+
+        def cell(method: str, d: int) -> Cell:
+            by_state = by_key.get((method, d))
+            if by_state is None:
+                return Cell(text="–")
+            slow, fast = (_state_value(by_state.get(st), target) for st in ("slow", "fast"))
+            return Cell(
+                text=f"{slow[0]} | {fast[0]}",
+                note=f"{slow[1]} | {fast[1]}",
+                attrs={
+                    **_cell_attrs(backend, method, d, None),
+                    "slow": repr(by_state["slow"].speedup) if "slow" in by_state else "",
+                    "fast": repr(by_state["fast"].speedup) if "fast" in by_state else "",
+                },
+            )
+
+        return cell
+
+    grids = []
+    for (layer, tokens), df in rows.groupby(["layer", "tokens"]):
+        for g in _backend_grids(df, "states", caption, cells):
+            g.title += f" · layer {layer} · {tokens} tokens"
+            grids.append(g)
+    return grids
 
 
 def _any(df: pd.DataFrame, flag: str) -> bool:

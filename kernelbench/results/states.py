@@ -8,7 +8,9 @@ come from both states has an interval as wide as the states are apart, however m
 takes. Each cold CPU call records the eviction's read rate just before it (``bus_gbps``); when
 a run's readings fall in two groups far apart, each row's pairs are split at the gap between
 them and each group gets its own median and interval. The split is a reading of the bus, not of
-the other guests: a pair near the threshold can belong to either state.
+the other guests: a pair near the threshold can belong to either state. The pooled speedup stays
+the headline: a mix of the two states' medians by fixed shares has narrower intervals that the
+next run does not reproduce (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -257,6 +257,35 @@ def state_precision(
     }
 
 
+def state_split_text(states: StateView) -> str:
+    """One sentence: how the view's bus readings split into two states, or that they do not."""
+    split = states.split
+    if split is None:
+        return (
+            f"No two bus states in this run's {states.readings} readings (cold CPU calls record "
+            "them; two groups must lie 1.3x apart, each with a tenth of the readings): the "
+            "pooled tables stand as they are."
+        )
+    return (
+        f"Bus states: {states.readings} readings before the calls; under "
+        f"{split.threshold_gbps:.0f} GB/s the slow state ({split.slow_share:.0%} of them, "
+        f"median {split.slow_gbps:.0f} GB/s), above it the fast one (median "
+        f"{split.fast_gbps:.0f} GB/s). Each pair goes to the state its call's reading puts "
+        "it in; a pair near the threshold can belong to either."
+    )
+
+
+def state_precision_lines(states: StateView, target: float) -> list[str]:
+    """Per state, one line: its speedups within ``target`` and their median half-width."""
+    return [
+        f"Precision in the {state} state: {within} of {total} speedups within "
+        f"±{target:.0%}, median half-width {median:.1%}."
+        for state, (within, total, median) in state_precision(
+            states.by_row.values(), target
+        ).items()
+    ]
+
+
 def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     """One line: how many measured speedups have a 95% interval within the run's target, of
     all, and the median relative half-width. Empty without a measured speedup."""
