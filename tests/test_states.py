@@ -56,6 +56,23 @@ def test_each_pair_goes_to_the_state_of_the_reading_before_its_call():
     assert set(only) == {"slow"}
 
 
+def test_each_state_has_its_share_of_the_roofline():
+    from kernelbench.results.view import state_roofline_share
+
+    split = bus_split(two_states(45.0, 110.0, 50, 50))
+    # the call itself 2 ms in the slow state, 1 ms in the fast one; pooled median 1.5 ms at 60%
+    bus = [45.0, 110.0] * 10
+    calls = [2.0 if b < 70 else 1.0 for b in bus]
+    by_state = state_speedups(calls, [6.0] * 20, bus, split)
+    assert by_state["slow"].median_ms == 2.0 and by_state["fast"].median_ms == 1.0
+    row = {"roofline_share": 0.6, "median_ms": 1.5}
+    assert state_roofline_share(row, by_state["slow"]) == pytest.approx(0.45)
+    assert state_roofline_share(row, by_state["fast"]) == pytest.approx(0.9)
+    assert state_roofline_share(row, None) is None
+    unknown = {"roofline_share": None, "median_ms": 1.5}
+    assert state_roofline_share(unknown, by_state["fast"]) is None
+
+
 def _paired_run(run_dir, row_factory, baseline_ms, bus):
     """A cold one-token run: the 16-bit baseline and custom int8_raw at 1 ms a call, paired."""
     from kernelbench.results.schema import ResultsWriter
@@ -110,6 +127,43 @@ def test_report_shows_each_states_speedup_beside_the_other(tmp_path, row_factory
     assert "Precision in the slow state: 1 of 1 speedups within ±5%" in section
     assert 'data-slow="3.0"' in section and 'data-fast="6.0"' in section
     assert "3.00 | 6.00" in section and "[3.00, 3.00] n=15 | [6.00, 6.00] n=15" in section
+    assert "grid-state-shares" not in section  # the rows have no roofline (no peaks)
     # one state: no such section
     flat = _paired_run(tmp_path / "flat", row_factory, [3.0] * 30, [45.0] * 30)
     assert "section-states" not in write_report([flat]).read_text()
+
+
+def test_report_grid_of_each_states_share_of_the_roofline():
+    import pandas as pd
+
+    from kernelbench.report.tables import state_share_grids
+    from kernelbench.results.states import BusSplit, StateSpeedup
+    from kernelbench.results.view import StateView
+
+    rows = pd.DataFrame(
+        [
+            {
+                "backend": "custom",
+                "method": "int8_raw",
+                "layer": "ffn1",
+                "tokens": t,
+                "d_model": 768,
+                "size": "125M",
+                "roofline_share": 0.6,
+                "median_ms": 1.5,
+            }
+            for t in (1, 8)
+        ]
+    )
+    split = BusSplit(70.0, 45.0, 110.0, 0.5)
+    by_row = {
+        0: {
+            "slow": StateSpeedup(3.0, 2.9, 3.1, 10, 2.0),
+            "fast": StateSpeedup(6.0, 5.9, 6.1, 10, 1.0),
+        },
+        1: {"slow": StateSpeedup(3.0, 2.9, 3.1, 10, 1.5)},
+    }
+    (grid,) = state_share_grids(rows, StateView(40, split, by_row))
+    assert grid.row_header == "tokens" and [r.label for r in grid.rows] == ["1 tokens", "8 tokens"]
+    assert [r.cells[0].text for r in grid.rows] == ["45% | 90%", "60% | –"]
+    assert state_share_grids(rows, StateView(40, None, {})) == []

@@ -161,6 +161,7 @@ def _states(ok, target: float) -> dict | None:
         "split": state_split_text(states),
         "precision": state_precision_lines(states, target),
         "grids": tables.state_grids(ok, states, target),
+        "shares": tables.state_share_grids(ok, states),
     }
 
 

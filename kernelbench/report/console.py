@@ -34,6 +34,7 @@ from kernelbench.results.view import (
     slow_calls,
     slow_sixteen_bit_note,
     state_precision_lines,
+    state_roofline_share,
     state_split_text,
     state_view,
 )
@@ -472,11 +473,18 @@ def _state_text(s: StateSpeedup | None, target: float) -> str:
     return f"{s.speedup:.2f} ±{(s.hi - s.lo) / 2:.2f} n={s.pairs}{mark}"
 
 
+def _state_shares(row: pd.Series, states) -> str:
+    by_state = states.by_row.get(row.name, {})
+    shares = [state_roofline_share(row, by_state.get(st)) for st in ("slow", "fast")]
+    return " | ".join("-" if v is None else f"{v:.0%}" for v in shares)
+
+
 def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None:
     """Speedups split by the memory bus's state (:mod:`kernelbench.results.states`): how the
     run's bus readings split, then per device class, layer and token count each row's
     speedup in the slow and the fast state (median ± half its 95% interval, pairs), and each
-    state's precision. Says so when the readings show no two states."""
+    state's precision; and each int8 method's share of its roofline in each state. Says so
+    when the readings show no two states."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)
@@ -502,5 +510,20 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
                     lambda r, st=state: _state_text(states.by_row[r.name].get(st), target),
                 )
             )
+    for (dclass, layer), of_layer in rows.groupby(["device_class", "layer"]):
+        for backend in sorted(of_layer["backend"].unique()):
+            for method in COMPACT_METHODS:
+                pair = (of_layer["backend"] == backend) & (of_layer["method"] == method)
+                if not of_layer[pair]["roofline_share"].notna().any():
+                    continue
+                title = escape(
+                    f"{backend} {method}: share of its roofline by tokens, slow | fast state "
+                    f"({dclass} · layer {layer})"
+                )
+                console.print(
+                    tokens_grid(
+                        of_layer, backend, method, title, lambda r: _state_shares(r, states)
+                    )
+                )
     for line in state_precision_lines(states, target):
         console.print(line)

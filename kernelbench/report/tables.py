@@ -17,9 +17,11 @@ from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import StateSpeedup
 from kernelbench.results.verdict import speed_verdict
-from kernelbench.results.view import StateView
+from kernelbench.results.view import StateView, state_roofline_share
 from kernelbench.statistics import rel_halfwidth
 
+#: The bus states, in the order a by-state cell shows them.
+STATES = ("slow", "fast")
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
 CELL = ["backend", "method", "d_model"]
 
@@ -47,6 +49,7 @@ class Grid:
     columns: list[tuple[str, str]]  # (label, sub label)
     rows: list[Row]
     kind: str = ""  # "speedup", "tops", "memory", "ratio": a CSS / test hook
+    row_header: str = "method"  # what the rows are
 
 
 def speedup_color(value: float | None, span: float = 2.0) -> str:
@@ -226,7 +229,7 @@ def state_grids(ok: pd.DataFrame, states: StateView, target: float) -> list[Grid
             by_state = by_key.get((method, d))
             if by_state is None:
                 return Cell(text="–")
-            slow, fast = (_state_value(by_state.get(st), target) for st in ("slow", "fast"))
+            slow, fast = (_state_value(by_state.get(st), target) for st in STATES)
             return Cell(
                 text=f"{slow[0]} | {fast[0]}",
                 note=f"{slow[1]} | {fast[1]}",
@@ -244,6 +247,49 @@ def state_grids(ok: pd.DataFrame, states: StateView, target: float) -> list[Grid
         for g in _backend_grids(df, "states", caption, cells):
             g.title += f" · layer {layer} · {tokens} tokens"
             grids.append(g)
+    return grids
+
+
+#: The methods whose share of the roofline by state a report shows (as ``show --states``).
+STATE_SHARE_METHODS = ("llm_int8", "int8_raw")
+
+
+def state_share_grids(ok: pd.DataFrame, states: StateView) -> list[Grid]:
+    """Per layer, backend and method of :data:`STATE_SHARE_METHODS`: its share of the roofline
+    in the slow and the fast state, tokens x model size. Empty without two states."""
+    if states.split is None or "roofline_share" not in ok:
+        return []
+    rows = ok.loc[[i for i in states.by_row if i in ok.index]]
+    grids = []
+    for (layer, backend, method), df in rows.groupby(["layer", "backend", "method"]):
+        if method not in STATE_SHARE_METHODS or not df["roofline_share"].notna().any():
+            continue
+        dims, columns = _columns(df)
+        by_key = {(int(r["tokens"]), int(r["d_model"])): (i, r) for i, r in df.iterrows()}
+
+        def cell(tokens: int, d: int, by_key=by_key) -> Cell:
+            found = by_key.get((tokens, d))
+            if found is None:
+                return Cell(text="–")
+            i, row = found
+            shares = [state_roofline_share(row, states.by_row[i].get(st)) for st in STATES]
+            return Cell(text=" | ".join("–" if v is None else f"{v:.0%}" for v in shares))
+
+        grid_rows = [
+            Row(f"{t} tokens", "", [cell(int(t), d) for d in dims])
+            for t in sorted(df["tokens"].unique())
+        ]
+        grids.append(
+            Grid(
+                f"backend {backend}{third_party_label(df)} · {method} · layer {layer}",
+                "share of its roofline over the calls in the slow | the fast state (the run's "
+                "peaks; – where the row has no call in that state)",
+                columns,
+                grid_rows,
+                "state-shares",
+                row_header="tokens",
+            )
+        )
     return grids
 
 

@@ -46,6 +46,7 @@ class StateSpeedup:
     lo: float | None
     hi: float | None
     pairs: int
+    median_ms: float | None = None  # the median of the row's own calls in that state
 
 
 def bus_split(readings: Sequence[float]) -> BusSplit | None:
@@ -77,6 +78,13 @@ def bus_split(readings: Sequence[float]) -> BusSplit | None:
     return BusSplit(math.exp((slow[-1] + fast[0]) / 2), slow_gbps, fast_gbps, cut / n)
 
 
+def state_of(bus_gbps: float | None, split: BusSplit) -> str | None:
+    """``"slow"`` or ``"fast"``: the state a reading puts its call in (``None``: no reading)."""
+    if bus_gbps is None or not math.isfinite(bus_gbps) or bus_gbps <= 0:
+        return None
+    return "slow" if bus_gbps < split.threshold_gbps else "fast"
+
+
 def state_speedups(
     raw_ms: Sequence[float],
     baseline_raw_ms: Sequence[float],
@@ -84,18 +92,23 @@ def state_speedups(
     split: BusSplit,
 ) -> dict[str, StateSpeedup]:
     """Each state's paired speedups (baseline / call, the pairs whose call the bus reading
-    before it puts in that state): median, 95% interval (``None`` with one pair), count.
-    Empty when the three are not aligned (an unpaired row, a round without readings)."""
+    before it puts in that state): median, 95% interval (``None`` with one pair), count, and
+    the median of the row's calls in that state. Empty when the three are not aligned (an
+    unpaired row, a round without readings)."""
     if not raw_ms or not (len(raw_ms) == len(baseline_raw_ms) == len(bus_gbps)):
         return {}
     ratios: dict[str, list[float]] = {"slow": [], "fast": []}
+    times: dict[str, list[float]] = {"slow": [], "fast": []}
     for t, b, bus in zip(raw_ms, baseline_raw_ms, bus_gbps, strict=True):
-        if t and t > 0 and b and bus is not None:
-            ratios["slow" if bus < split.threshold_gbps else "fast"].append(b / t)
+        state = state_of(bus, split)
+        if t and t > 0 and b and state is not None:
+            ratios[state].append(b / t)
+            times[state].append(t)
     out = {}
     for state, values in ratios.items():
         if values:
             interval = median_interval(values)
             lo, hi = interval if interval else (None, None)
-            out[state] = StateSpeedup(statistics.median(values), lo, hi, len(values))
+            median_ms = statistics.median(times[state])
+            out[state] = StateSpeedup(statistics.median(values), lo, hi, len(values), median_ms)
     return out

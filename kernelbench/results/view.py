@@ -241,6 +241,17 @@ def state_view(df: pd.DataFrame) -> StateView:
     return StateView(len(readings), split, by_row)
 
 
+def state_roofline_share(row: pd.Series | dict, state: StateSpeedup | None) -> float | None:
+    """The row's share of its roofline over its calls in one bus state (its pooled share scaled
+    by its pooled median over that state's median call); ``None`` where either is unknown."""
+    share, median = row.get("roofline_share"), row.get("median_ms")
+    if state is None or state.median_ms is None or state.median_ms <= 0:
+        return None
+    if share is None or median is None or pd.isna(share) or pd.isna(median):
+        return None
+    return float(share) * float(median) / state.median_ms
+
+
 def state_precision(
     by_row: Iterable[dict[str, StateSpeedup]], target: float
 ) -> dict[str, tuple[int, int, float]]:
