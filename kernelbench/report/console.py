@@ -22,7 +22,7 @@ from kernelbench.core import (
     is_not_applicable,
 )
 from kernelbench.results.schema import third_party_label
-from kernelbench.results.states import StateSpeedup
+from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.view import (
     SLOW_FACTOR,
     by_round,
@@ -475,7 +475,7 @@ def _state_text(s: StateSpeedup | None, target: float) -> str:
 
 def _state_shares(row: pd.Series, states) -> str:
     by_state = states.by_row.get(row.name, {})
-    shares = [state_roofline_share(row, by_state.get(st)) for st in ("slow", "fast")]
+    shares = [state_roofline_share(row, by_state.get(st)) for st in STATES]
     return " | ".join("-" if v is None else f"{v:.0%}" for v in shares)
 
 

@@ -15,13 +15,11 @@ import pandas as pd
 from kernelbench.core import TABLE1_PERPLEXITY
 from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
-from kernelbench.results.states import StateSpeedup
+from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.verdict import speed_verdict
 from kernelbench.results.view import StateView, state_roofline_share
 from kernelbench.statistics import rel_halfwidth
 
-#: The bus states, in the order a by-state cell shows them.
-STATES = ("slow", "fast")
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
 CELL = ["backend", "method", "d_model"]
 

@@ -28,6 +28,8 @@ MIN_SEPARATION = 1.3
 MIN_SHARE = 0.1
 #: Fewer readings than this: no split.
 MIN_READINGS = 20
+#: The two states, in the order tables show them.
+STATES = ("slow", "fast")
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,8 @@ def state_speedups(
     unpaired row, a round without readings)."""
     if not raw_ms or not (len(raw_ms) == len(baseline_raw_ms) == len(bus_gbps)):
         return {}
-    ratios: dict[str, list[float]] = {"slow": [], "fast": []}
-    times: dict[str, list[float]] = {"slow": [], "fast": []}
+    ratios: dict[str, list[float]] = {state: [] for state in STATES}
+    times: dict[str, list[float]] = {state: [] for state in STATES}
     for t, b, bus in zip(raw_ms, baseline_raw_ms, bus_gbps, strict=True):
         state = state_of(bus, split)
         if t and t > 0 and b and state is not None:

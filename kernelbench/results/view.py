@@ -21,7 +21,15 @@ from kernelbench.core import BASELINE, PAPER_TOKENS
 from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import ROOFLINE_MARGIN, annotate, cache_levels, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
-from kernelbench.results.states import BusSplit, StateSpeedup, bus_split, state_speedups
+from kernelbench.results.states import (
+    MIN_SEPARATION,
+    MIN_SHARE,
+    STATES,
+    BusSplit,
+    StateSpeedup,
+    bus_split,
+    state_speedups,
+)
 from kernelbench.settings import default, recorded
 from kernelbench.statistics import rel_halfwidth
 
@@ -257,7 +265,7 @@ def state_precision(
 ) -> dict[str, tuple[int, int, float]]:
     """Per state: (speedups within ``target``, speedups with two pairs or more in that
     state, median relative half-width)."""
-    widths: dict[str, list[float]] = {"slow": [], "fast": []}
+    widths: dict[str, list[float]] = {state: [] for state in STATES}
     for by_state in by_row:
         for state, s in by_state.items():
             if s.pairs >= 2:
@@ -274,8 +282,8 @@ def state_split_text(states: StateView) -> str:
     if split is None:
         return (
             f"No two bus states in this run's {states.readings} readings (cold CPU calls record "
-            "them; two groups must lie 1.3x apart, each with a tenth of the readings): the "
-            "pooled tables stand as they are."
+            f"them; two groups must lie {MIN_SEPARATION}x apart, each with {MIN_SHARE:.0%} of the "
+            "readings): the pooled tables stand as they are."
         )
     return (
         f"Bus states: {states.readings} readings before the calls; under "
