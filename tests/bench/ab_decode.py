@@ -18,6 +18,11 @@ against it. ``--other-pages`` adds instead the decode path on weights packed int
 (``pack_weight(..., huge_pages=False)``, copies of their own): decode/other is the packed
 weights' transparent huge pages against 4 KiB pages (``cpu_ext.huge_page_setting()`` must
 allow them: ``madvise`` or ``always``).
+``--by-state``: before every rep the harness's cache scan is timed (the bus reading a cold
+call records), and at the end every ratio is shown again split by the bus's state over all the
+script's readings (``kernelbench.results.states``): on a host whose memory bus moves between
+two states a tuning can win in one and lose in the other (the decode prefetch distance did), so
+an A/B whose reps fall in one state says nothing about the other.
 Run as a script (not collected by pytest); on a shared machine pair many calls::
 
     PYTHONPATH=. python tests/bench/ab_decode.py --d 1536,4096,12288 --m 1,8,32 --pairs 40
@@ -33,6 +38,8 @@ import time
 import torch
 
 from kernelbench.kernels import cpu_ext
+from kernelbench.measure.timing import shared_evictor
+from kernelbench.results.states import STATES, bus_split, state_of
 from kernelbench.statistics import median_interval
 
 COLD_BYTES = 256 << 20
@@ -54,9 +61,23 @@ def _read(packed: torch.Tensor) -> float:
     return clock() - t0
 
 
+def _bus_reading() -> float:
+    """The harness's cache scan, timed: the bus reading a cold call records before it."""
+    scan = shared_evictor()
+    t0 = time.perf_counter()
+    scan()
+    return scan.bytes / (time.perf_counter() - t0) / 1e9
+
+
 def measure(
-    m: int, d: int, pairs: int, isa: str, other: str | None = None, other_pages: bool = False
-) -> dict[str, float]:
+    m: int,
+    d: int,
+    pairs: int,
+    isa: str,
+    other: str | None = None,
+    other_pages: bool = False,
+    by_state: bool = False,
+) -> dict:
     k, n = d, 4 * d
     gen = torch.Generator().manual_seed(d + m)
     copies = max(1, math.ceil(COLD_BYTES / (n * k)))
@@ -80,11 +101,13 @@ def measure(
             outs[rows] = cpu_ext.linear(a, packed[0], n, dq).view(torch.int16)
         if not torch.equal(outs[m], outs[0]):
             raise SystemExit(f"m={m} d={d}: the decode and blocked paths differ")
-        ratios, read_ratios, other_ratios, decode_s, read_s = [], [], [], [], []
+        ratios, read_ratios, other_ratios, decode_s, read_s, bus = [], [], [], [], [], []
         has_other = bool(other or other_pages)
         calls = ("decode", "blocked", "read") + (("other",) if has_other else ())
         for i in range(pairs):
             order = calls[i % len(calls) :] + calls[: i % len(calls)]
+            if by_state:
+                bus.append(_bus_reading())
             t = {}
             for j, call in enumerate(order):
                 slot = (len(calls) * i + j) % copies
@@ -129,7 +152,39 @@ def measure(
         "GB/s": n * k / t / 1e9,
         "read GB/s": n * k / statistics.median(read_s) / 1e9,
         "TOPS": 2 * m * n * k / t / 1e12,
+        "reps": {"blocked": ratios, "read": read_ratios, "other": other_ratios, "bus": bus},
     }
+
+
+def _interval_text(values: list[float]) -> str:
+    if not values:
+        return "-"
+    interval = median_interval(values)
+    lo, hi = interval if interval else (math.nan, math.nan)
+    return f"{statistics.median(values):.3f} [{lo:.3f}, {hi:.3f}] n={len(values)}"
+
+
+def print_by_state(results: dict[tuple[int, int], dict], other: str | None) -> None:
+    """Every shape's ratios again, split by the state of the bus reading before each rep."""
+    split = bus_split([b for r in results.values() for b in r["reps"]["bus"]])
+    if split is None:
+        print("by state: the bus readings show no two states (one state: the ratios above stand)")
+        return
+    print(
+        f"by state: cut at {split.threshold_gbps:.0f} GB/s (medians {split.slow_gbps:.0f} and "
+        f"{split.fast_gbps:.0f}, {split.slow_share:.0%} of the readings slow)"
+    )
+    names = ["blocked", "read"] + (["other"] if other else [])
+    for (d, m), r in results.items():
+        reps = r["reps"]
+        for state in STATES:
+            keep = [state_of(b, split) == state for b in reps["bus"]]
+            cells = [
+                f"decode/{other if name == 'other' else name} "
+                + _interval_text([v for v, k in zip(reps[name], keep, strict=True) if k])
+                for name in names
+            ]
+            print(f"d={d:>5} m={m:>2} {state}: " + "  ".join(cells))
 
 
 def main() -> None:
@@ -143,6 +198,7 @@ def main() -> None:
     other = p.add_mutually_exclusive_group()
     other.add_argument("--other-prefetch", choices=sorted(cpu_ext.DECODE_PREFETCH), default=None)
     other.add_argument("--other-pages", action="store_true")
+    p.add_argument("--by-state", action="store_true")
     args = p.parse_args()
     if args.clock == "cpu" and args.threads != 1:
         raise SystemExit("--clock cpu times the calling thread only: use it with --threads 1")
@@ -156,10 +212,14 @@ def main() -> None:
         "decode/blocked: median [95% CI] (quartiles); decode/read: median [95% CI]; "
         "decode path: median ms, weight GB/s, the read's GB/s, int8 TOPS"
     )
+    results = {}
+    name = "4k-pages" if args.other_pages else args.other_prefetch
     for d in (int(v) for v in args.d.split(",")):
         for m in (int(v) for v in args.m.split(",")):
-            r = measure(m, d, args.pairs, args.isa, args.other_prefetch, args.other_pages)
-            name = "4k-pages" if args.other_pages else args.other_prefetch
+            r = measure(
+                m, d, args.pairs, args.isa, args.other_prefetch, args.other_pages, args.by_state
+            )
+            results[(d, m)] = r
             vs_other = (
                 f"  decode/{name} {r['other']:.3f} [{r['other_lo']:.3f}, {r['other_hi']:.3f}]"
                 if name
@@ -173,6 +233,8 @@ def main() -> None:
                 f"{vs_other}",
                 flush=True,
             )
+    if args.by_state:
+        print_by_state(results, name)
 
 
 if __name__ == "__main__":
