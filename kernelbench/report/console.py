@@ -21,8 +21,9 @@ from kernelbench.core import (
     SkipKind,
     is_not_applicable,
 )
+from kernelbench.report.data import COMPACT_METHODS
 from kernelbench.results.schema import third_party_label
-from kernelbench.results.states import STATES, StateSpeedup
+from kernelbench.results.states import StateSpeedup
 from kernelbench.results.view import (
     SLOW_FACTOR,
     by_round,
@@ -34,7 +35,7 @@ from kernelbench.results.view import (
     slow_calls,
     slow_sixteen_bit_note,
     state_precision_lines,
-    state_roofline_share,
+    state_roofline_shares,
     state_split_text,
     state_view,
 )
@@ -130,10 +131,6 @@ def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
                 *[_cell(by_d.get(d), fmt) for d in sizes["d_model"]],
             )
     return table
-
-
-#: The methods of the compact speedup-by-tokens tables.
-COMPACT_METHODS = ("llm_int8", "int8_raw")
 
 
 def share_text(row: pd.Series) -> str:
@@ -474,8 +471,7 @@ def _state_text(s: StateSpeedup | None, target: float) -> str:
 
 
 def _state_shares(row: pd.Series, states) -> str:
-    by_state = states.by_row.get(row.name, {})
-    shares = [state_roofline_share(row, by_state.get(st)) for st in STATES]
+    shares = state_roofline_shares(row, states.by_row.get(row.name, {}))
     return " | ".join("-" if v is None else f"{v:.0%}" for v in shares)
 
 

@@ -26,6 +26,10 @@ from kernelbench.results.physics import peaks as peaks  # env.json's peaks, for 
 from kernelbench.results.schema import load_env, read_run_rows, results_path
 from kernelbench.results.view import load_view
 
+#: The methods whose tables by token count (speedup, share of the roofline, by bus state) a
+#: reader gets for every backend: the paper's method and the bare int8 product.
+COMPACT_METHODS = ("llm_int8", "int8_raw")
+
 
 @dataclass
 class Run:

@@ -17,7 +17,7 @@ from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.verdict import speed_verdict
-from kernelbench.results.view import StateView, state_roofline_share
+from kernelbench.results.view import StateView, state_roofline_shares
 from kernelbench.statistics import rel_halfwidth
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
@@ -248,19 +248,16 @@ def state_grids(ok: pd.DataFrame, states: StateView, target: float) -> list[Grid
     return grids
 
 
-#: The methods whose share of the roofline by state a report shows (as ``show --states``).
-STATE_SHARE_METHODS = ("llm_int8", "int8_raw")
-
-
 def state_share_grids(ok: pd.DataFrame, states: StateView) -> list[Grid]:
-    """Per layer, backend and method of :data:`STATE_SHARE_METHODS`: its share of the roofline
-    in the slow and the fast state, tokens x model size. Empty without two states."""
+    """Per layer, backend and method of :data:`~kernelbench.report.data.COMPACT_METHODS`: its
+    share of the roofline in the slow and the fast state, tokens x model size. Empty without
+    two states."""
     if states.split is None or "roofline_share" not in ok:
         return []
     rows = ok.loc[[i for i in states.by_row if i in ok.index]]
     grids = []
     for (layer, backend, method), df in rows.groupby(["layer", "backend", "method"]):
-        if method not in STATE_SHARE_METHODS or not df["roofline_share"].notna().any():
+        if method not in data.COMPACT_METHODS or not df["roofline_share"].notna().any():
             continue
         dims, columns = _columns(df)
         by_key = {(int(r["tokens"]), int(r["d_model"])): (i, r) for i, r in df.iterrows()}
@@ -270,7 +267,7 @@ def state_share_grids(ok: pd.DataFrame, states: StateView) -> list[Grid]:
             if found is None:
                 return Cell(text="–")
             i, row = found
-            shares = [state_roofline_share(row, states.by_row[i].get(st)) for st in STATES]
+            shares = state_roofline_shares(row, states.by_row[i])
             return Cell(text=" | ".join("–" if v is None else f"{v:.0%}" for v in shares))
 
         grid_rows = [

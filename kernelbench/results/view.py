@@ -260,6 +260,13 @@ def state_roofline_share(row: pd.Series | dict, state: StateSpeedup | None) -> f
     return float(share) * float(median) / state.median_ms
 
 
+def state_roofline_shares(
+    row: pd.Series | dict, by_state: dict[str, StateSpeedup]
+) -> list[float | None]:
+    """:func:`state_roofline_share` in each state, in :data:`STATES` order."""
+    return [state_roofline_share(row, by_state.get(state)) for state in STATES]
+
+
 def state_precision(
     by_row: Iterable[dict[str, StateSpeedup]], target: float
 ) -> dict[str, tuple[int, int, float]]:

@@ -38,7 +38,7 @@ import time
 import torch
 
 from kernelbench.kernels import cpu_ext
-from kernelbench.measure.timing import shared_evictor
+from kernelbench.measure.timing import call_timer
 from kernelbench.results.states import STATES, bus_split, state_of
 from kernelbench.statistics import median_interval
 
@@ -62,11 +62,11 @@ def _read(packed: torch.Tensor) -> float:
 
 
 def _bus_reading() -> float:
-    """The harness's cache scan, timed: the bus reading a cold call records before it."""
-    scan = shared_evictor()
-    t0 = time.perf_counter()
-    scan()
-    return scan.bytes / (time.perf_counter() - t0) / 1e9
+    """The bus reading a cold call records before it: the harness's own cold timer, around
+    nothing."""
+    timer = call_timer("cpu", cache="cold")
+    timer.timed(lambda: None)
+    return timer.last_bus_gbps
 
 
 def measure(
