@@ -74,13 +74,16 @@ def main() -> None:
             for _ in range(copies)
         ]
         calls = [lambda b=b: b[: b.numel() // 8 * 8].view(torch.int64).sum() for b in packed]
+        weight_bytes = packed[0].numel()
     else:
         std = float(inputs.weight.float().std())
         weights = [inputs.weight] + [
             (torch.randn(n, k, generator=gen) * std).to(inputs.weight.dtype)
             for _ in range(copies - 1)
         ]
-        calls = [build(w).run for w in weights]
+        runners = [build(w) for w in weights]
+        calls = [r.run for r in runners]
+        weight_bytes = runners[0].weight_bytes  # as the backend keeps them (int8, bf16...)
     times: list[float] = []
     with freed_memory_reused():  # as the harness times: outputs reuse freed pages
         for call in calls:
@@ -94,7 +97,7 @@ def main() -> None:
             i += 1
     med = statistics.median(times)
     what = "read" if args.method == "read" else f"{args.backend} {args.method}"
-    rate = f"weights {k * n / med / 1e9:.1f} GB/s"
+    rate = f"weights {weight_bytes / 1e6:.1f} MB, {weight_bytes / med / 1e9:.1f} GB/s"
     if args.method != "read":
         rate += f", {2 * args.m * k * n / med / 1e12:.2f} TOPS"
     print(
