@@ -20,6 +20,18 @@ the convention of :meth:`Backend._smoothquant_runner`). The variant it computes
   ``q = clamp(round(x * (1 / scale)), -128, 127)``: -128 can occur, unlike in the paper;
 * the partial result ``acc * x_scale`` is rounded to the output dtype before ``* w_scale``.
 
+Its cost on CPUs with AVX512-VNNI and no AMX (torch >= 2.12; torchao's
+``_int_scaled_matmul_cpu``): the activations are shifted to uint8 for ``torch._int_mm`` and
+``128 * w.sum(dim=0)`` is subtracted, **the sum computed on every call** over the whole int8
+weight. Eager, through an int32 copy of the weight (4 bytes a weight of temporaries): on a 2-core
+Zen 5, one token at d = 4096 (4096 x 16384) took 16.1 ms against 1.5 ms for ``torch._int_mm``
+alone (hot, memory reused as the harness does; ``torch.profiler``: ``aten::sum`` and its
+``_to_copy`` over the (4096, 16384) weight); at d = 12288 172-189 ms a call against 8.8 ms of
+``_int_mm``, and in the harness's sweeps 65,536-557,056 page faults a call for those
+temporaries, which makes its 175B rows erratic. Compiled (``torchao_compile``) the sum is fused
+and still runs every call: 2.9 ms at d = 4096 (1.2 ms of it ``_int_mm``). Without VNNI (the AVX2
+class) or with AMX it takes ``torch._int_mm`` on the int8 activations, no sum.
+
 ``torchao_compile`` (:mod:`kernelbench.backends.torchao_compile`) is the same layer under
 ``torch.compile``.
 """
