@@ -1,8 +1,13 @@
 """``torch`` backend: framework ops only, the paper's "PyTorch + NVIDIA" rows.
 
 The int8 product is ``torch._int_mm`` (oneDNN on CPU, cuBLASLt on CUDA); quantization and
-dequantization are ordinary torch ops from :mod:`kernelbench.quant`. This backend also owns the
-``fp32`` and ``fp16`` baselines (``fp16`` is bf16 on CPU: the CPU's 16-bit type).
+dequantization are ordinary torch ops from :mod:`kernelbench.quant`. On CPU ``_int_mm`` calls
+oneDNN's gemm API (``ONEDNN_VERBOSE=1``: ``gemm_api``, ``src_s8 wei_s8 dst_s32``), which
+takes the weight in its plain layout on every call (no prepacked copy, unlike a matmul
+primitive on a reordered weight): near the int8 peak at prefill, slow at decode (torch 2.13,
+2-core Zen 5: 5.6-5.7 ms for 8 x 4096 x 16384, 12 GB/s of int8 weights; the custom backend's
+prepacked GEMM about 1.3 ms). This backend also owns the ``fp32`` and ``fp16`` baselines
+(``fp16`` is bf16 on CPU: the CPU's 16-bit type).
 
 ``fp8_e4m3``: :func:`kernelbench.quant.quantize_fp8_rowwise` of the weight offline (e4m3 codes,
 one scale ``amax / 448`` per output channel) and of the activations in the call (one per
