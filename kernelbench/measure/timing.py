@@ -308,12 +308,14 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 # --- CPU memory while timing ---------------------------------------------------------------------
 
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4  # glibc mallopt parameters (malloc.h)
-_DEFAULT_MMAP_MAX, _DEFAULT_TRIM_THRESHOLD, _DEFAULT_TOP_PAD = 65536, 128 * 1024, 128 * 1024
-#: mallopt takes an int: glibc trims the heap's top once 2 GiB of it are free, down to the pad,
-#: so with the pad as large the top keeps 2 GiB resident (at 175B shapes the calls of a block
-#: free more than 2 GiB at once: without the pad the next call faulted all of it in again)
-_NEVER_TRIM = 2**31 - 1
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc mallopt parameters (malloc.h)
+_DEFAULT_MMAP_MAX, _DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024
+#: A trim threshold of -1 disables trimming completely (mallopt(3)). mallopt takes an int, so no
+#: positive threshold reaches past 2 GiB: with 2**31 - 1 (and a pad as large) glibc trimmed
+#: whatever one free left beyond 2 GiB at the heap's top, and the next call faulted it in
+#: again (a 2.25 GB temporary at 175B: 65,536 page faults and 131 ms a call to allocate and
+#: fill it, against none and 39 ms untrimmed).
+_NEVER_TRIM = -1
 
 #: How CPU memory is handed to timed calls, as recorded in env.json.
 ALLOCATOR_NOTE = (
@@ -427,7 +429,6 @@ def freed_memory_reused(enabled: bool = True) -> Iterator[None]:
         _LIBC.mallopt(_M_MMAP_MAX, 0)
         if not _heap_kept:
             _LIBC.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)
-            _LIBC.mallopt(_M_TOP_PAD, _NEVER_TRIM)
             _heap_kept = True
     _reuse_depth += 1
     try:
@@ -447,7 +448,6 @@ def release_free_memory() -> None:
         return
     if _heap_kept:
         _LIBC.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
-        _LIBC.mallopt(_M_TOP_PAD, _DEFAULT_TOP_PAD)
         _heap_kept = False
     _LIBC.malloc_trim(0)
 
