@@ -26,11 +26,11 @@ Its cost on CPUs with AVX512-VNNI and no AMX (torch >= 2.12; torchao's
 weight. Eager, through an int32 copy of the weight (4 bytes a weight of temporaries): on a 2-core
 Zen 5, one token at d = 4096 (4096 x 16384) took 16.1 ms against 1.5 ms for ``torch._int_mm``
 alone (hot, memory reused as the harness does; ``torch.profiler``: ``aten::sum`` and its
-``_to_copy`` over the (4096, 16384) weight); at d = 12288 172-189 ms a call against 8.8 ms of
-``_int_mm``, and in the harness's sweeps 65,536-557,056 page faults a call for those
-temporaries, which makes its 175B rows erratic. Compiled (``torchao_compile``) the sum is fused
-and still runs every call: 2.9 ms at d = 4096 (1.2 ms of it ``_int_mm``). Without VNNI (the AVX2
-class) or with AMX it takes ``torch._int_mm`` on the int8 activations, no sum.
+``_to_copy`` over the (4096, 16384) weight); at d = 12288 a 2.25 GB temporary and 82-84 ms a
+call against 10-11 ms for ``_int_mm`` alone (the harness's sweep, one token). Compiled
+(``torchao_compile``) the sum is fused and still runs every call: 2.9 ms at d = 4096 (1.2 ms of
+it ``_int_mm``). Without VNNI (the AVX2 class) or with AMX it takes ``torch._int_mm`` on the
+int8 activations, no sum.
 
 ``torchao_compile`` (:mod:`kernelbench.backends.torchao_compile`) is the same layer under
 ``torch.compile``.
