@@ -35,7 +35,7 @@ from kernelbench.results.view import (
     slow_calls,
     slow_sixteen_bit_note,
     state_precision_lines,
-    state_roofline_shares,
+    state_shares_text,
     state_split_text,
     state_view,
 )
@@ -470,11 +470,6 @@ def _state_text(s: StateSpeedup | None, target: float) -> str:
     return f"{s.speedup:.2f} ±{(s.hi - s.lo) / 2:.2f} n={s.pairs}{mark}"
 
 
-def _state_shares(row: pd.Series, states) -> str:
-    shares = state_roofline_shares(row, states.by_row.get(row.name, {}))
-    return " | ".join("-" if v is None else f"{v:.0%}" for v in shares)
-
-
 def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None:
     """Speedups split by the memory bus's state (:mod:`kernelbench.results.states`): how the
     run's bus readings split, then per device class, layer and token count each row's
@@ -518,7 +513,11 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
                 )
                 console.print(
                     tokens_grid(
-                        of_layer, backend, method, title, lambda r: _state_shares(r, states)
+                        of_layer,
+                        backend,
+                        method,
+                        title,
+                        lambda r: state_shares_text(r, states.by_row.get(r.name, {}), "-"),
                     )
                 )
     for line in state_precision_lines(states, target):

@@ -17,7 +17,7 @@ from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.verdict import speed_verdict
-from kernelbench.results.view import StateView, state_roofline_shares
+from kernelbench.results.view import StateView, state_shares_text
 from kernelbench.statistics import rel_halfwidth
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
@@ -233,8 +233,7 @@ def state_grids(ok: pd.DataFrame, states: StateView, target: float) -> list[Grid
                 note=f"{slow[1]} | {fast[1]}",
                 attrs={
                     **_cell_attrs(backend, method, d, None),
-                    "slow": repr(by_state["slow"].speedup) if "slow" in by_state else "",
-                    "fast": repr(by_state["fast"].speedup) if "fast" in by_state else "",
+                    **{st: repr(by_state[st].speedup) if st in by_state else "" for st in STATES},
                 },
             )
 
@@ -267,8 +266,7 @@ def state_share_grids(ok: pd.DataFrame, states: StateView) -> list[Grid]:
             if found is None:
                 return Cell(text="–")
             i, row = found
-            shares = state_roofline_shares(row, states.by_row[i])
-            return Cell(text=" | ".join("–" if v is None else f"{v:.0%}" for v in shares))
+            return Cell(text=state_shares_text(row, states.by_row[i], "–"))
 
         grid_rows = [
             Row(f"{t} tokens", "", [cell(int(t), d) for d in dims])

@@ -267,6 +267,15 @@ def state_roofline_shares(
     return [state_roofline_share(row, by_state.get(state)) for state in STATES]
 
 
+def state_shares_text(
+    row: pd.Series | dict, by_state: dict[str, StateSpeedup], missing: str
+) -> str:
+    """The row's shares of its roofline in each state as ``slow | fast`` percentages,
+    ``missing`` where a state has none."""
+    shares = state_roofline_shares(row, by_state)
+    return " | ".join(missing if v is None else f"{v:.0%}" for v in shares)
+
+
 def state_precision(
     by_row: Iterable[dict[str, StateSpeedup]], target: float
 ) -> dict[str, tuple[int, int, float]]:
