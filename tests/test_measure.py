@@ -337,8 +337,11 @@ def test_a_raising_output_hook_fails_its_row_only():
 
 def test_a_temporary_past_2_gib_is_not_faulted_in_again_while_timing():
     """A positive trim threshold (an int) stops at 2 GiB: what one free leaves beyond it at the
-    heap's top was given back and faulted in again by the next call."""
-    import torch
+    heap's top was given back and faulted in again by the next call. Allocated with glibc's own
+    malloc (no Python allocation between, so the block is the heap's top whatever earlier tests
+    left in the heap; torch's aligned allocations can land elsewhere in a fragmented heap)."""
+    import ctypes
+    import ctypes.util
 
     from kernelbench.measure import timing
 
@@ -347,11 +350,21 @@ def test_a_temporary_past_2_gib_is_not_faulted_in_again_while_timing():
     nbytes = (2 << 30) + (256 << 20)  # 2.25 GiB
     if (timing.available_bytes() or 0) < 3 * nbytes:
         pytest.skip("not enough memory for a 2.25 GiB temporary")
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+
+    def temporary() -> None:
+        block = libc.malloc(nbytes)
+        assert block, "malloc failed"
+        ctypes.memset(block, 1, nbytes)
+        libc.free(block)
+
     try:
         with timing.freed_memory_reused():
-            torch.empty(nbytes, dtype=torch.uint8).fill_(1)  # faulted in once
+            temporary()  # faulted in once
             before = timing.process_usage()[0]
-            torch.empty(nbytes, dtype=torch.uint8).fill_(1)
+            temporary()
             faults = timing.process_usage()[0] - before
     finally:
         timing.release_free_memory()
