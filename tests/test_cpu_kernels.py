@@ -691,3 +691,15 @@ def test_decode_prefetch_is_chosen_per_processor_and_checked(decode_prefetch_res
     for name in cpu_ext.DECODE_PREFETCH:
         cpu_ext.set_decode_prefetch(name)
         assert cpu_ext.decode_prefetch() == name
+
+
+def test_the_threads_link_reads_a_round_trip_in_nanoseconds():
+    """Two OpenMP threads bounce a cache line: a positive time well under a millisecond (the
+    fastest batch), or None where only one thread runs."""
+    ns = cpu_ext.thread_round_trip_ns()
+    if torch.get_num_threads() < 2:
+        assert ns is None
+    else:
+        assert ns is not None and 0 < ns < 1e6
+    with pytest.raises(ValueError, match="rounds"):
+        cpu_ext._ext.thread_round_trip_ns(0, 1)

@@ -209,6 +209,35 @@ def test_each_sample_keeps_the_bus_bandwidth_its_eviction_read():
     assert cell.baseline.bus_gbps == pytest.approx((gb / 1e-3,) * 3)
 
 
+def test_each_sample_keeps_the_link_reading_taken_after_its_eviction():
+    m = BusMachine([1.0] * 5)
+    links = iter([50.0, 300.0, 51.0, 310.0, 52.0])
+
+    def probe() -> float:
+        m.log.append("link")
+        return next(links)
+
+    timer = TimerSettings(warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
+    e = MeasurementEngine(
+        "cpu",
+        timer,
+        timer,
+        clock=m.clock,
+        timer=CallTimer(m.clock, before_call=m.evict, usage=m.usage, link_probe=probe),
+    )
+    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    # baseline, a, baseline, a, baseline: each call's own reading, aligned with its samples
+    assert cell.rows["a"].link_ns == (300.0, 310.0)
+    assert cell.baseline.link_ns == (50.0, 51.0, 52.0)
+    # every call: the eviction, then the reading, then the call
+    timed = m.log[m.log.index("evict") :]
+    assert timed == ["evict", "link", "base", "evict", "link", "a"] * 2 + ["evict", "link", "base"]
+    # a hot timer takes no reading
+    hot = CallTimer(m.clock, link_probe=probe)
+    hot(m.call("a", 1.0))
+    assert hot.last_link_ns is None and hot.link_probe is None
+
+
 def test_no_probe_no_bus_readings():
     m = Machine()
     e = _engine(m, evict=True, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)

@@ -191,6 +191,23 @@ def flush_cache_lines(address: int, nbytes: int) -> None:
     _ext.flush_cache_lines(address, nbytes)
 
 
+#: Round trips per batch and batches of :func:`thread_round_trip_ns` (5-25 us a reading).
+ROUND_TRIPS, ROUND_TRIP_BATCHES = 8, 8
+
+
+def thread_round_trip_ns() -> float | None:
+    """How long a cache line takes to go from one of the kernels' OpenMP threads to another and
+    back, in ns (the fastest of a few batches): which cores the threads run on, read without
+    touching memory. On a VM whose host moves its two vCPUs between one core complex (shared
+    L3, one link to memory) and two, it reads about 70 or 300 ns, and with it the memory bus
+    reads about 56 or 90 GB/s. ``None`` with one thread or without the extension."""
+    if _ext is None:
+        return None
+    _sync_threads()
+    ns = _ext.thread_round_trip_ns(ROUND_TRIPS, ROUND_TRIP_BATCHES)
+    return ns if ns > 0 else None
+
+
 def pack_weight(w_int8: torch.Tensor, huge_pages: bool = True) -> torch.Tensor:
     """Int8 weights (n, k) -> the GEMM's packed panel layout: one byte per weight plus one int32
     column sum per column (a uint8 buffer, 64-byte aligned; ``kb::PackedLayout`` in

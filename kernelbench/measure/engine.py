@@ -66,6 +66,8 @@ from kernelbench.statistics import median_interval, rel_halfwidth, stats
 Call = Callable[[], object]
 #: Evicts one call's own memory from the caches (cold caches), outside the timed region.
 Eviction = Callable[[], None]
+#: What the timer read before a call: the bus's GB/s and the threads' link in ns (or None).
+Reading = tuple[float | None, float | None]
 
 #: Samples of one stage timed alone. Uncapped, a decode cell's stages took up to 200 samples
 #: each (their spread rarely met its target at sub-millisecond calls): 7.3 s of a 24.5 s run of
@@ -211,6 +213,9 @@ class RowMeasurement:
     #: the memory bus's bandwidth (GB/s) read just before each sample's call, by the cache
     #: eviction (aligned with ``row_ms``; empty when the timer reads none: hot caches, CUDA)
     bus_gbps: tuple[float, ...] = ()
+    #: the round trip (ns) of a cache line between two of the threads, read just before each
+    #: sample's call (aligned with ``row_ms``; empty without a link probe): where they ran
+    link_ns: tuple[float, ...] = ()
     #: the share of CPU time the hypervisor stole while the cell was cycled (``None``: unknown)
     steal_share: float | None = None
 
@@ -248,17 +253,25 @@ class _Sampling:
     baseline_ms: list[float] = field(default_factory=list)
     usage: list[CallUsage] = field(default_factory=list)
     bus_gbps: list[float] = field(default_factory=list)
+    link_ns: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
 
-    def add(self, ms: float, usage: CallUsage, bus_gbps: float | None) -> None:
+    def add(self, ms: float, usage: CallUsage, reading: Reading) -> None:
         self.row_ms.append(ms)
         self.usage.append(usage)
+        bus_gbps, link_ns = reading
         if bus_gbps is not None:
             self.bus_gbps.append(bus_gbps)
+        if link_ns is not None:
+            self.link_ns.append(link_ns)
 
     def bus_readings(self) -> tuple[float, ...]:
         """The bus readings, when there is one for every sample (else none)."""
         return tuple(self.bus_gbps) if len(self.bus_gbps) == len(self.row_ms) else ()
+
+    def link_readings(self) -> tuple[float, ...]:
+        """The link readings, when there is one for every sample (else none)."""
+        return tuple(self.link_ns) if len(self.link_ns) == len(self.row_ms) else ()
 
     def samples(self) -> tuple[float, ...]:
         if not self.baseline_ms:
@@ -311,6 +324,7 @@ class MeasurementEngine:
         timer: CallTimer | None = None,
         reuse_memory: bool | None = None,
         cache: str | None = None,
+        link_probe: Callable[[], float | None] | None = None,
     ) -> None:
         """``reuse_memory``: time CPU calls under :func:`freed_memory_reused` (default: on the
         CPU). ``cache``: ``cold`` evicts the caches before every timed call, ``hot`` does not
@@ -320,7 +334,7 @@ class MeasurementEngine:
         self.clock = clock
         if cache is None:
             cache = "cold" if torch.device(device).type == "cuda" else "hot"
-        self.timer = timer or call_timer(device, clock, cache)
+        self.timer = timer or call_timer(device, clock, cache, link_probe)
         if reuse_memory is None:
             reuse_memory = torch.device(device).type == "cpu"
         self.reuse_memory = reuse_memory
@@ -426,11 +440,11 @@ class MeasurementEngine:
         before, last = 0.0, self.clock()
         if baseline is not None:
             before = self._call(_BASELINE_KEY, baseline, hooks, evictions)
-            before_seen = self.timer.last_usage, self.timer.last_bus_gbps
+            before_seen = self.timer.last_usage, self.timer.last_reading
             last += (before / 1e3) + self.timer.last_prepare_s
         while active:
             order.shuffle(active)
-            timed: list[tuple[Hashable, float, CallUsage, float | None]] = []
+            timed: list[tuple[Hashable, float, CallUsage, Reading]] = []
             gaps: list[float] = []
             for key in active:
                 start = self.clock()
@@ -440,12 +454,12 @@ class MeasurementEngine:
                     failed[key] = error_text(exc)
                     continue
                 start += self.timer.last_prepare_s  # the eviction before the call: a gap
-                timed.append((key, ms, self.timer.last_usage, self.timer.last_bus_gbps))
+                timed.append((key, ms, self.timer.last_usage, self.timer.last_reading))
                 gaps.append((start - last) * 1e3)
                 last = start + ms / 1e3
             if baseline is None:
-                for key, ms, usage, bus in timed:
-                    state[key].add(ms, usage, bus)
+                for key, ms, usage, reading in timed:
+                    state[key].add(ms, usage, reading)
                     state[key].elapsed_s += ms / 1e3
             else:
                 start = self.clock()
@@ -454,11 +468,11 @@ class MeasurementEngine:
                 gaps.append((start - last) * 1e3)
                 last = start + after / 1e3
                 base.add(before, *before_seen)
-                before_seen = self.timer.last_usage, self.timer.last_bus_gbps
+                before_seen = self.timer.last_usage, self.timer.last_reading
                 share = (before + after) / 2 / max(len(timed), 1)
                 interp = interpolated_baselines(before, after, [t[1] for t in timed], gaps)
-                for (key, ms, usage, bus), base_ms in zip(timed, interp, strict=True):
-                    state[key].add(ms, usage, bus)
+                for (key, ms, usage, reading), base_ms in zip(timed, interp, strict=True):
+                    state[key].add(ms, usage, reading)
                     state[key].baseline_ms.append(base_ms)
                     state[key].elapsed_s += (ms + share) / 1e3
                 before = after
@@ -470,6 +484,7 @@ class MeasurementEngine:
                 throttled=self.timer.throttled,
                 usage=tuple(s.usage),
                 bus_gbps=s.bus_readings(),
+                link_ns=s.link_readings(),
             )
             for key, s in state.items()
             if key not in failed
@@ -481,6 +496,7 @@ class MeasurementEngine:
                 throttled=self.timer.throttled,
                 usage=tuple(base.usage),
                 bus_gbps=base.bus_readings(),
+                link_ns=base.link_readings(),
             )
         return out
 

@@ -82,7 +82,17 @@ class CallTimer:
     bound: the eviction re-reads one buffer of twice the last-level cache and part of it can
     still hit there (on a 2-core Zen 5, 57-63 GB/s against 45-49 GB/s rotating over three such
     buffers), while a long stream can read faster than this 1-ms sum (a one-token GEMV over
-    604 MB of weights: 1.03-1.10x its rate)."""
+    604 MB of weights: 1.03-1.10x its rate).
+
+    ``link_probe``: a reading of where the threads run, taken after the eviction and kept as
+    ``last_link_ns`` (the round trip of a cache line between two threads: on the 2-vCPU Zen 5
+    VM about 70 ns while the host keeps both vCPUs on one core complex, whose one link to
+    memory reads 55-58 GB/s, and about 300 ns while it spreads them over two, 85-105 GB/s)."""
+
+    @property
+    def last_reading(self) -> tuple[float | None, float | None]:
+        """``(last_bus_gbps, last_link_ns)``: what the timer read just before the last call."""
+        return self.last_bus_gbps, self.last_link_ns
 
     def __init__(
         self,
@@ -90,11 +100,14 @@ class CallTimer:
         before_call: Callable[[], None] | None = None,
         usage: Usage = process_usage,
         probe_bytes: int | None = None,
+        link_probe: Callable[[], float | None] | None = None,
     ) -> None:
         self.clock = clock
         self.before_call = before_call
         self.usage = usage
         self.probe_bytes = probe_bytes if before_call is not None else None
+        self.link_probe = link_probe if before_call is not None else None
+        self.last_link_ns: float | None = None  # link_probe's reading (None: no probe)
         self.throttled = 0  # samples taken below 90% of the first SM clock reading (CUDA)
         self.last_usage = CallUsage()
         self.last_prepare_s = 0.0  # seconds ``before_call`` took before the last timed call
@@ -111,12 +124,13 @@ class CallTimer:
     def _prepare(self, evict_own: Callable[[], None] | None = None) -> None:
         if self.before_call is None:
             self.last_prepare_s = 0.0
-            self.last_bus_gbps = None
+            self.last_bus_gbps = self.last_link_ns = None
             return
         t0 = self.clock()
         self.before_call()
         self.sync()
         t1 = self.clock()
+        self.last_link_ns = self.link_probe() if self.link_probe is not None else None
         if evict_own is not None:
             evict_own()
         self.last_prepare_s = self.clock() - t0
@@ -252,10 +266,14 @@ class CudaCallTimer(CallTimer):
 
 
 def call_timer(
-    device: torch.device | str, clock: Clock = time.perf_counter, cache: str = default("cache")
+    device: torch.device | str,
+    clock: Clock = time.perf_counter,
+    cache: str = default("cache"),
+    link_probe: Callable[[], float | None] | None = None,
 ) -> CallTimer:
     """The timer for ``device``: events on CUDA, ``clock`` elsewhere; with ``cache="cold"``
-    the caches are evicted before every timed call."""
+    the caches are evicted before every timed call (and on the CPU ``link_probe`` read after
+    each eviction, :class:`CallTimer`)."""
     if cache not in CACHE_MODES:
         raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
     device = torch.device(device)
@@ -265,7 +283,7 @@ def call_timer(
     if not cold:
         return CallTimer(clock)
     evictor = shared_evictor()
-    return CallTimer(clock, before_call=evictor, probe_bytes=evictor.bytes)
+    return CallTimer(clock, before_call=evictor, probe_bytes=evictor.bytes, link_probe=link_probe)
 
 
 _EVICTORS: dict[int, CacheEvictor] = {}

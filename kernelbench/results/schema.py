@@ -83,6 +83,9 @@ class ResultRow:
     # the memory bus's read bandwidth (GB/s) just before each timed call, aligned with raw_ms:
     # the cold-cache eviction's read rate, a reading, not a bound (empty: hot rows, CUDA)
     bus_gbps: list[float] = field(default_factory=list)
+    # the round trip (ns) of a cache line between two of the run's threads just before each
+    # timed call, aligned with raw_ms: where the host ran them (empty: hot rows, CUDA, one thread)
+    link_ns: list[float] = field(default_factory=list)
     steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
     # cold CPU rows: bytes of the tensors the call reads (weights, activations, buffers) whose
     # cache lines were flushed before each timed call; below weight_bytes, part of the weights

@@ -213,7 +213,9 @@ def _measure_plan(
             reserve if whole else WORKING_SET_PER_WEIGHT_BYTE * weight_bytes, keep=cell_key
         )
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
-    engine = MeasurementEngine(device, opts.timer, opts.stage_timer, cache=opts.cache)
+    engine = MeasurementEngine(
+        device, opts.timer, opts.stage_timer, cache=opts.cache, link_probe=_link_probe(device)
+    )
     in_use = memory_in_use(device)
     layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
 
@@ -611,14 +613,24 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
         row.baseline_ms, row.speedup = row.median_ms, 1.0
 
 
+def _link_probe(device: torch.device):
+    """The reading of where the threads run that a cold CPU timer takes before each call
+    (``None``: not on the CPU, or the extension is not built)."""
+    if device.type != "cpu" or not cpu_ext.available():
+        return None
+    return cpu_ext.thread_round_trip_ns
+
+
 def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
-    """Per sample, the faults and context switches its call took and the bus bandwidth read
-    before it; the cell's steal share."""
+    """Per sample, the faults and context switches its call took and the bus bandwidth and the
+    threads' link read before it; the cell's steal share."""
     if len(meas.usage) == len(meas.row_ms):
         for name in USAGE_FIELDS:
             setattr(row, name, meas.usage_of(name))
     if len(meas.bus_gbps) == len(meas.row_ms):
         row.bus_gbps = [round(v, 2) for v in meas.bus_gbps]
+    if len(meas.link_ns) == len(meas.row_ms):
+        row.link_ns = [round(v, 1) for v in meas.link_ns]
     row.steal_share = meas.steal_share
 
 
