@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kernelbench.results.states import MIN_SEPARATION, bus_split, state_speedups
+from kernelbench.results.states import MIN_SEPARATION, bus_split, state_of, state_speedups
 
 
 def two_states(slow: float, fast: float, n_slow: int, n_fast: int, jitter: float = 0.05):
@@ -167,3 +167,46 @@ def test_report_grid_of_each_states_share_of_the_roofline():
     assert grid.row_header == "tokens" and [r.label for r in grid.rows] == ["1 tokens", "8 tokens"]
     assert [r.cells[0].text for r in grid.rows] == ["45% | 90%", "60% | –"]
     assert state_share_grids(rows, StateView(40, None, {})) == []
+
+
+def test_the_link_reading_decides_the_state_where_the_bus_readings_overlap():
+    """On the 2-vCPU VM the bus of one state drifts into the other's range (a slow state at
+    60-72 GB/s, a fast one at 72-105): the link between the threads (about 50 ns on one core
+    complex, 300 on two) classes each call where the bus cannot."""
+    rng = random.Random(1)
+    # 60 calls on one complex (bus 50-75 GB/s), 40 on two (bus 70-105)
+    bus = [rng.uniform(50, 75) for _ in range(60)] + [rng.uniform(70, 105) for _ in range(40)]
+    links = [rng.uniform(45, 60) for _ in range(60)] + [rng.uniform(250, 400) for _ in range(40)]
+    split = bus_split(bus, links)
+    assert split is not None and split.link_threshold_ns is not None
+    assert 60 < split.link_threshold_ns < 250 and split.slow_is_near
+    assert split.slow_share == pytest.approx(0.6)
+    assert [state_of(b, split, v) for b, v in zip(bus, links, strict=True)] == ["slow"] * 60 + [
+        "fast"
+    ] * 40
+    # the bus alone misclasses the overlap
+    by_bus = bus_split(bus)
+    assert by_bus is None or [state_of(b, by_bus) for b in bus] != ["slow"] * 60 + ["fast"] * 40
+    # 16-bit 3 ms on one complex, 6 ms on two, int8 1 ms: each state's speedup exactly
+    base = [3.0] * 60 + [6.0] * 40
+    by_state = state_speedups([1.0] * 100, base, bus, split, links)
+    assert by_state["slow"].speedup == 3.0 and by_state["slow"].pairs == 60
+    assert by_state["fast"].speedup == 6.0 and by_state["fast"].pairs == 40
+    # a call without its link reading falls back to the bus threshold
+    assert state_of(40.0, split, None) == "slow" and state_of(200.0, split, None) == "fast"
+
+
+def test_the_state_with_the_faster_bus_is_the_fast_one_whichever_link_it_has():
+    bus = [90.0] * 30 + [50.0] * 30
+    links = [50.0] * 30 + [300.0] * 30  # here the near threads read the faster bus
+    split = bus_split(bus, links)
+    assert split is not None and not split.slow_is_near
+    assert state_of(90.0, split, 50.0) == "fast" and state_of(50.0, split, 300.0) == "slow"
+
+
+def test_links_that_do_not_split_or_are_missing_leave_the_bus_split():
+    bus = two_states(45.0, 110.0, 50, 50)
+    one_link = [50.0 + (i % 7) for i in range(100)]
+    assert bus_split(bus, one_link) == bus_split(bus)
+    partial = [50.0] * 50 + [None] * 50
+    assert bus_split(bus, partial) == bus_split(bus)

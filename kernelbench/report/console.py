@@ -23,7 +23,7 @@ from kernelbench.core import (
 )
 from kernelbench.report.data import COMPACT_METHODS
 from kernelbench.results.schema import third_party_label
-from kernelbench.results.states import StateSpeedup
+from kernelbench.results.states import StateSpeedup, state_bounds
 from kernelbench.results.view import (
     SLOW_FACTOR,
     by_round,
@@ -485,10 +485,7 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
     if split is None:
         return
     target = float(df.attrs.get("ci_target") or 0.05)
-    bounds = {
-        "slow": f"under {split.threshold_gbps:.0f} GB/s",
-        "fast": f"{split.threshold_gbps:.0f} GB/s and above",
-    }
+    bounds = state_bounds(split)
     rows = df.loc[list(states.by_row)]
     for (dclass, layer, tokens), cell in rows.groupby(["device_class", "layer", "tokens"]):
         for state, bound in bounds.items():

@@ -7,10 +7,18 @@ cache eviction read under 70 GB/s, 6-7x above it, at every GPT-3 size). A row wh
 come from both states has an interval as wide as the states are apart, however many pairs it
 takes. Each cold CPU call records the eviction's read rate just before it (``bus_gbps``); when
 a run's readings fall in two groups far apart, each row's pairs are split at the gap between
-them and each group gets its own median and interval. The split is a reading of the bus, not of
-the other guests: a pair near the threshold can belong to either state. The pooled speedup stays
-the headline: a mix of the two states' medians by fixed shares has narrower intervals that the
-next run does not reproduce (docs/benchmarks.md).
+them and each group gets its own median and interval. The pooled speedup stays the headline: a
+mix of the two states' medians by fixed shares has narrower intervals that the next run does not
+reproduce (docs/benchmarks.md).
+
+What the states are, on that VM: where the host runs its two vCPUs. Each cold CPU call also
+records the round trip of a cache line between two of the run's threads (``link_ns``): about 50
+ns while both vCPUs sit on one core complex (one shared L3, one link to memory: the bus reads
+40-65 GB/s) and about 300 ns while they sit on two (two links: 70-110 GB/s; the threads' shared
+data crosses between complexes, and bf16 calls run slower). The bus reading of one state drifts
+over a run and overlaps the other's (a slow state read 60-72 GB/s in one run, 46-57 in others),
+so where the calls carry link readings that fall in two groups, the link decides each pair's
+state, sharp where the bus is not; the state whose bus readings are slower is named ``slow``.
 """
 
 from __future__ import annotations
@@ -34,12 +42,17 @@ STATES = ("slow", "fast")
 
 @dataclass(frozen=True)
 class BusSplit:
-    """Readings below ``threshold_gbps`` are the slow state's."""
+    """Readings below ``threshold_gbps`` are the slow state's; with ``link_threshold_ns``, a
+    call with a link reading is classed by it instead (below: ``slow_is_near``'s state)."""
 
     threshold_gbps: float
     slow_gbps: float  # median reading of each state
     fast_gbps: float
     slow_share: float  # share of the readings in the slow state
+    link_threshold_ns: float | None = None
+    slow_is_near: bool = True
+    near_ns: float | None = None  # median link reading of each group
+    far_ns: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,11 +64,16 @@ class StateSpeedup:
     median_ms: float | None = None  # the median of the row's own calls in that state
 
 
-def bus_split(readings: Sequence[float]) -> BusSplit | None:
-    """The split of the readings into two groups (the two-means split of their logarithms,
-    exact: every cut of the sorted values is tried), or ``None`` when they do not fall in two
-    groups far and full enough apart (:data:`MIN_SEPARATION`, :data:`MIN_SHARE`)."""
-    logs = sorted(math.log(r) for r in readings if r and r > 0 and math.isfinite(r))
+def _valid(r: float | None) -> bool:
+    return r is not None and r > 0 and math.isfinite(r)
+
+
+def _two_groups(readings: Sequence[float]) -> tuple[float, float, float, float] | None:
+    """(threshold, lower group's median, upper group's median, lower group's share) of the
+    two-means split of the readings' logarithms (exact: every cut of the sorted values is
+    tried), or ``None`` when they do not fall in two groups far and full enough apart
+    (:data:`MIN_SEPARATION`, :data:`MIN_SHARE`)."""
+    logs = sorted(math.log(r) for r in readings if _valid(r))
     n = len(logs)
     if n < MIN_READINGS:
         return None
@@ -73,18 +91,68 @@ def bus_split(readings: Sequence[float]) -> BusSplit | None:
     if not cuts:
         return None
     cut = min(cuts, key=lambda i: spread(0, i) + spread(i, n))
-    slow, fast = logs[:cut], logs[cut:]
-    slow_gbps, fast_gbps = math.exp(statistics.median(slow)), math.exp(statistics.median(fast))
-    if fast_gbps < MIN_SEPARATION * slow_gbps:
+    low, high = logs[:cut], logs[cut:]
+    low_median, high_median = math.exp(statistics.median(low)), math.exp(statistics.median(high))
+    if high_median < MIN_SEPARATION * low_median:
         return None
-    return BusSplit(math.exp((slow[-1] + fast[0]) / 2), slow_gbps, fast_gbps, cut / n)
+    return math.exp((low[-1] + high[0]) / 2), low_median, high_median, cut / n
 
 
-def state_of(bus_gbps: float | None, split: BusSplit) -> str | None:
-    """``"slow"`` or ``"fast"``: the state a reading puts its call in (``None``: no reading)."""
-    if bus_gbps is None or not math.isfinite(bus_gbps) or bus_gbps <= 0:
+def bus_split(
+    readings: Sequence[float], links: Sequence[float | None] | None = None
+) -> BusSplit | None:
+    """The split of the calls into two states, or ``None`` when there are not two.
+
+    By the link readings (``links``, aligned with ``readings``) when every call has one and
+    they fall in two groups: each group's bus median names it (the slower one ``slow``).
+    Otherwise by the bus readings alone."""
+    if links is not None and len(links) == len(readings) and all(_valid(v) for v in links):
+        by_link = _two_groups(links)
+        if by_link is not None:
+            threshold, near_ns, far_ns, near_share = by_link
+            near = [b for b, v in zip(readings, links, strict=True) if v < threshold and _valid(b)]
+            far = [b for b, v in zip(readings, links, strict=True) if v >= threshold and _valid(b)]
+            if near and far:
+                near_gbps, far_gbps = statistics.median(near), statistics.median(far)
+                slow_is_near = near_gbps <= far_gbps
+                slow_gbps, fast_gbps = sorted((near_gbps, far_gbps))
+                return BusSplit(
+                    math.sqrt(slow_gbps * fast_gbps),
+                    slow_gbps,
+                    fast_gbps,
+                    near_share if slow_is_near else 1 - near_share,
+                    link_threshold_ns=threshold,
+                    slow_is_near=slow_is_near,
+                    near_ns=near_ns,
+                    far_ns=far_ns,
+                )
+    by_bus = _two_groups(readings)
+    if by_bus is None:
+        return None
+    return BusSplit(*by_bus)
+
+
+def state_of(bus_gbps: float | None, split: BusSplit, link_ns: float | None = None) -> str | None:
+    """``"slow"`` or ``"fast"``: the state a call's readings put it in (``None``: no reading).
+    The link reading decides when the split has a link threshold and the call has one."""
+    if split.link_threshold_ns is not None and _valid(link_ns):
+        near = link_ns < split.link_threshold_ns
+        return "slow" if near == split.slow_is_near else "fast"
+    if not _valid(bus_gbps):
         return None
     return "slow" if bus_gbps < split.threshold_gbps else "fast"
+
+
+def state_bounds(split: BusSplit) -> dict[str, str]:
+    """What puts a call in each state, in :data:`STATES` order (``under 66 ns`` ...)."""
+    if split.link_threshold_ns is not None:
+        near = f"link under {split.link_threshold_ns:.0f} ns"
+        far = f"link {split.link_threshold_ns:.0f} ns and above"
+        return {"slow": near, "fast": far} if split.slow_is_near else {"slow": far, "fast": near}
+    return {
+        "slow": f"under {split.threshold_gbps:.0f} GB/s",
+        "fast": f"{split.threshold_gbps:.0f} GB/s and above",
+    }
 
 
 def state_speedups(
@@ -92,17 +160,20 @@ def state_speedups(
     baseline_raw_ms: Sequence[float],
     bus_gbps: Sequence[float],
     split: BusSplit,
+    link_ns: Sequence[float] | None = None,
 ) -> dict[str, StateSpeedup]:
     """Each state's paired speedups (baseline / call, the pairs whose call the bus reading
     before it puts in that state): median, 95% interval (``None`` with one pair), count, and
     the median of the row's calls in that state. Empty when the three are not aligned (an
-    unpaired row, a round without readings)."""
+    unpaired row, a round without readings). ``link_ns``: each call's link reading (used when
+    aligned, :func:`state_of`)."""
     if not raw_ms or not (len(raw_ms) == len(baseline_raw_ms) == len(bus_gbps)):
         return {}
+    links = list(link_ns) if link_ns is not None and len(link_ns) == len(raw_ms) else None
     ratios: dict[str, list[float]] = {state: [] for state in STATES}
     times: dict[str, list[float]] = {state: [] for state in STATES}
-    for t, b, bus in zip(raw_ms, baseline_raw_ms, bus_gbps, strict=True):
-        state = state_of(bus, split)
+    for i, (t, b, bus) in enumerate(zip(raw_ms, baseline_raw_ms, bus_gbps, strict=True)):
+        state = state_of(bus, split, links[i] if links else None)
         if t and t > 0 and b and state is not None:
             ratios[state].append(b / t)
             times[state].append(t)

@@ -238,12 +238,25 @@ def state_view(df: pd.DataFrame) -> StateView:
     if "paired" not in rows or "bus_gbps" not in rows:
         return StateView(0, None, {})
     rows = rows[rows["paired"].fillna(False).astype(bool)]
-    readings = [b for v in rows["bus_gbps"] for b in (v or [])]
-    split = bus_split(readings)
+    readings: list[float] = []
+    links: list[float | None] = []
+    has_links = "link_ns" in rows
+    for _, r in rows.iterrows():
+        bus = list(r["bus_gbps"] or [])
+        link = list(r["link_ns"] or []) if has_links else []
+        readings += bus
+        links += link if len(link) == len(bus) else [None] * len(bus)
+    split = bus_split(readings, links)
     if split is None:
         return StateView(len(readings), None, {})
     by_row = {
-        idx: state_speedups(r["raw_ms"], r["baseline_raw_ms"], r["bus_gbps"], split)
+        idx: state_speedups(
+            r["raw_ms"],
+            r["baseline_raw_ms"],
+            r["bus_gbps"],
+            split,
+            r["link_ns"] if has_links else None,
+        )
         for idx, r in rows.iterrows()
     }
     return StateView(len(readings), split, by_row)
@@ -300,6 +313,17 @@ def state_split_text(states: StateView) -> str:
             f"No two bus states in this run's {states.readings} readings (cold CPU calls record "
             f"them; two groups must lie {MIN_SEPARATION}x apart, each with {MIN_SHARE:.0%} of the "
             "readings): the pooled tables stand as they are."
+        )
+    if split.link_threshold_ns is not None:
+        near, far = ("slow", "fast") if split.slow_is_near else ("fast", "slow")
+        return (
+            f"Bus states: {states.readings} calls, each with the round trip of a cache line "
+            f"between two threads read before it: under {split.link_threshold_ns:.0f} ns "
+            f"(median {split.near_ns:.0f}: the threads on one core complex) the {near} state, "
+            f"above it (median {split.far_ns:.0f}: on two) the {far} one; the bus read a "
+            f"median {split.slow_gbps:.0f} GB/s in the slow state ({split.slow_share:.0%} of "
+            f"the calls) and {split.fast_gbps:.0f} in the fast. Each pair goes to the state "
+            "its call's link reading puts it in."
         )
     return (
         f"Bus states: {states.readings} readings before the calls; under "
