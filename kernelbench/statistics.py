@@ -103,13 +103,17 @@ def _weighted_medians(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def rounds_median_interval(
-    per_round: Sequence[Sequence[float]], confidence: float = CONFIDENCE, seed: int = 0
+    per_round: Sequence[Sequence[float]],
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+    equal_rounds: bool = True,
 ) -> tuple[float, float] | None:
     """Two-stage bootstrap interval of the pooled median of several rounds' values (each round
-    weighing the same): each resample draws the rounds with replacement, then values within
-    each round with replacement. The interval so covers the drift between rounds as well as the
-    scatter within them. (A round drawn twice in one resample reuses its one within-round
-    resample: the between-round stage is what this adds.) One round: :func:`median_interval`."""
+    weighing the same; with ``equal_rounds=False`` each value does, the median of all values):
+    each resample draws the rounds with replacement, then values within each round with
+    replacement. The interval so covers the drift between rounds as well as the scatter within
+    them. (A round drawn twice in one resample reuses its one within-round resample: the
+    between-round stage is what this adds.) One round: :func:`median_interval`."""
     rounds = [np.asarray(r, dtype=float) for r in per_round if len(r)]
     if len(rounds) < 2:
         return median_interval(rounds[0]) if rounds else None
@@ -121,7 +125,11 @@ def rounds_median_interval(
         [r[rng.integers(0, r.size, size=(BOOTSTRAP_RESAMPLES, r.size))] for r in rounds], axis=1
     )
     weights = np.concatenate(
-        [np.repeat(picks[:, [i]] / r.size, r.size, axis=1) for i, r in enumerate(rounds)], axis=1
+        [
+            np.repeat(picks[:, [i]] / (r.size if equal_rounds else 1), r.size, axis=1)
+            for i, r in enumerate(rounds)
+        ],
+        axis=1,
     )
     medians = _weighted_medians(values, weights)
     tail = (1.0 - confidence) / 2 * 100

@@ -147,6 +147,21 @@ def test_pooled_interval_covers_the_drift_between_rounds():
     assert rounds_median_interval([[1.0]]) is None and rounds_median_interval([]) is None
 
 
+def test_rounds_can_weigh_by_their_pairs():
+    """With each pair weighing the same, a round of two pairs moves the median less than a
+    round of forty, and the interval still covers the drift between rounds."""
+    gen = np.random.default_rng(3)
+    big = [list(2.0 * (1 + 0.01 * gen.standard_normal(40))) for _ in range(4)]
+    tiny = [[3.0, 3.1]]
+    lo, hi = rounds_median_interval(big + tiny, equal_rounds=False)
+    assert lo <= 2.0 <= hi and hi < 2.2  # the tiny round cannot carry the median
+    elo, ehi = rounds_median_interval(big + tiny)  # equal rounds: a third of the weight
+    assert ehi > hi
+    drift = [list(m * (1 + 0.01 * gen.standard_normal(40))) for m in (1.0, 1.2, 1.1, 0.95)]
+    lo, hi = rounds_median_interval(drift, equal_rounds=False)
+    assert lo <= 1.0 and hi >= 1.1
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=6), min_size=2, max_size=4))
 def test_two_stage_resample_medians_are_weighted_quantiles(per_round):

@@ -210,3 +210,19 @@ def test_links_that_do_not_split_or_are_missing_leave_the_bus_split():
     assert bus_split(bus, one_link) == bus_split(bus)
     partial = [50.0] * 50 + [None] * 50
     assert bus_split(bus, partial) == bus_split(bus)
+
+
+def test_a_state_whose_rounds_disagree_has_an_interval_that_covers_them():
+    """Pairs of one state from two rounds 20% apart: resampling only the pairs claims under
+    +-1%; with the rounds known the interval spans both."""
+    bus = [45.0] * 80
+    split = bus_split(two_states(45.0, 110.0, 50, 50))
+    base = [3.0 + 0.01 * (i % 5) for i in range(60)] + [3.6 + 0.01 * (i % 5) for i in range(20)]
+    pooled_pairs = state_speedups([1.0] * 80, base, bus, split)["slow"]
+    by_round = state_speedups([1.0] * 80, base, bus, split, round_samples=[60, 20])["slow"]
+    assert pooled_pairs.hi - pooled_pairs.lo < 0.05
+    assert by_round.lo <= 3.05 and by_round.hi >= 3.6
+    # sizes that do not add up: as if one round
+    assert state_speedups([1.0] * 80, base, bus, split, round_samples=[60]) == {
+        "slow": pooled_pairs
+    }

@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernelbench.statistics import median_interval
+from kernelbench.statistics import rounds_median_interval
 
 #: The two groups' median readings must be at least this many times apart to be two states.
 MIN_SEPARATION = 1.3
@@ -161,26 +161,35 @@ def state_speedups(
     bus_gbps: Sequence[float],
     split: BusSplit,
     link_ns: Sequence[float] | None = None,
+    round_samples: Sequence[int] | None = None,
 ) -> dict[str, StateSpeedup]:
     """Each state's paired speedups (baseline / call, the pairs whose call the bus reading
     before it puts in that state): median, 95% interval (``None`` with one pair), count, and
     the median of the row's calls in that state. Empty when the three are not aligned (an
     unpaired row, a round without readings). ``link_ns``: each call's link reading (used when
-    aligned, :func:`state_of`)."""
+    aligned, :func:`state_of`). ``round_samples``: the pooled row's pairs per round; when they
+    add up, the interval is two-stage over the rounds' pairs in that state (each pair weighing
+    the same, :func:`~kernelbench.statistics.rounds_median_interval`), so that drift between
+    rounds within one state widens it as it widens a pooled interval."""
     if not raw_ms or not (len(raw_ms) == len(baseline_raw_ms) == len(bus_gbps)):
         return {}
     links = list(link_ns) if link_ns is not None and len(link_ns) == len(raw_ms) else None
-    ratios: dict[str, list[float]] = {state: [] for state in STATES}
+    sizes = list(round_samples) if isinstance(round_samples, list | tuple) else []
+    rounds = [i for i, size in enumerate(sizes) for _ in range(size)]
+    if len(rounds) != len(raw_ms):
+        rounds = [0] * len(raw_ms)
+    ratios: dict[str, dict[int, list[float]]] = {state: {} for state in STATES}
     times: dict[str, list[float]] = {state: [] for state in STATES}
     for i, (t, b, bus) in enumerate(zip(raw_ms, baseline_raw_ms, bus_gbps, strict=True)):
         state = state_of(bus, split, links[i] if links else None)
         if t and t > 0 and b and state is not None:
-            ratios[state].append(b / t)
+            ratios[state].setdefault(rounds[i], []).append(b / t)
             times[state].append(t)
     out = {}
-    for state, values in ratios.items():
+    for state, per_round in ratios.items():
+        values = [v for group in per_round.values() for v in group]
         if values:
-            interval = median_interval(values)
+            interval = rounds_median_interval(list(per_round.values()), equal_rounds=False)
             lo, hi = interval if interval else (None, None)
             median_ms = statistics.median(times[state])
             out[state] = StateSpeedup(statistics.median(values), lo, hi, len(values), median_ms)

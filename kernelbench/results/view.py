@@ -256,6 +256,7 @@ def state_view(df: pd.DataFrame) -> StateView:
             r["bus_gbps"],
             split,
             r["link_ns"] if has_links else None,
+            r.get("round_samples"),
         )
         for idx, r in rows.iterrows()
     }
