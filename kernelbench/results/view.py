@@ -393,15 +393,17 @@ def slow_calls(row: pd.Series | dict) -> dict:
 @dataclasses.dataclass(frozen=True)
 class RoundMedians:
     """A paired pooled row's medians in each of its rounds, in order: its speedup, its own
-    time and its 16-bit baseline's time (ms), and the bus bandwidth read just before its calls
-    (GB/s; empty when its calls read none: hot caches, CUDA). Rounds that disagree while each
-    is tight say the machine moved between them, which call moved more, and whether the bus
-    did."""
+    time and its 16-bit baseline's time (ms), the bus bandwidth read just before its calls
+    (GB/s; empty when its calls read none: hot caches, CUDA) and the threads' link (ns).
+    Rounds that disagree while each is tight say the machine moved between them, which call
+    moved more, and whether the bus and the threads' placement did."""
 
     speedups: list[float]
     row_ms: list[float]
     baseline_ms: list[float]
     bus_gbps: list[float] = dataclasses.field(default_factory=list)
+    #: the median round trip (ns) between two threads before the row's calls (where they ran)
+    link_ns: list[float] = dataclasses.field(default_factory=list)
 
     @staticmethod
     def moved(values: list[float]) -> float | None:
@@ -417,6 +419,8 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
     base = list(row.get("baseline_raw_ms") or [])
     bus = row.get("bus_gbps")
     bus = list(bus) if isinstance(bus, list | tuple) and len(bus) == len(raw) else []
+    link = row.get("link_ns")
+    link = list(link) if isinstance(link, list | tuple) and len(link) == len(raw) else []
     out = RoundMedians([], [], [])
     if not sizes or sum(sizes) != len(raw) or len(base) != len(raw):
         return out
@@ -430,6 +434,8 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
             out.baseline_ms.append(float(pd.Series(bases).median()))
             if bus:
                 out.bus_gbps.append(float(pd.Series(bus[at : at + size]).median()))
+            if link:
+                out.link_ns.append(float(pd.Series(link[at : at + size]).median()))
         at += size
     return out
 
