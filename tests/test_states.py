@@ -113,7 +113,7 @@ def test_show_states_prints_each_states_speedup_and_precision(tmp_path, row_fact
     # a run in one state: said, no tables
     flat = _paired_run(tmp_path / "flat", row_factory, [3.0] * 30, [45.0] * 30)
     flat_out = CliRunner().invoke(app, ["show", str(flat), "--states"]).output
-    assert "No two bus states in this run's 30 readings" in flat_out
+    assert "No two states in this run's 30 calls" in flat_out
 
 
 def test_report_shows_each_states_speedup_beside_the_other(tmp_path, row_factory):
@@ -204,12 +204,11 @@ def test_the_state_with_the_faster_bus_is_the_fast_one_whichever_link_it_has():
     assert state_of(90.0, split, 50.0) == "fast" and state_of(50.0, split, 300.0) == "slow"
 
 
-def test_links_that_do_not_split_or_are_missing_leave_the_bus_split():
+def test_calls_without_a_link_reading_each_leave_the_bus_split():
     bus = two_states(45.0, 110.0, 50, 50)
-    one_link = [50.0 + (i % 7) for i in range(100)]
-    assert bus_split(bus, one_link) == bus_split(bus)
     partial = [50.0] * 50 + [None] * 50
-    assert bus_split(bus, partial) == bus_split(bus)
+    assert bus_split(bus, partial) == bus_split(bus) is not None
+    assert bus_split(bus, [50.0] * 99) == bus_split(bus)  # not aligned
 
 
 def test_a_state_whose_rounds_disagree_has_an_interval_that_covers_them():
@@ -226,3 +225,22 @@ def test_a_state_whose_rounds_disagree_has_an_interval_that_covers_them():
     assert state_speedups([1.0] * 80, base, bus, split, round_samples=[60]) == {
         "slow": pooled_pairs
     }
+
+
+def test_a_few_calls_on_two_complexes_are_a_state_and_one_placement_is_one_state():
+    """Link readings are sharp: 2% of the calls across complexes form their own state (the bus
+    threshold needs a tenth), and calls all on one complex are one state even where the bus
+    readings spread over two groups (neighbours' traffic within one placement)."""
+    bus = [50.0] * 98 + [100.0] * 2
+    few_far = [50.0] * 98 + [320.0] * 2
+    assert bus_split(bus) is None  # 2%: too few for the bus
+    # too few calls to say (a group needs LINK_MIN_CALLS)
+    assert bus_split(bus, few_far) is None
+    bus = [50.0] * 490 + [100.0] * 10
+    split = bus_split(bus, [50.0] * 490 + [320.0] * 10)
+    assert split is not None and split.slow_share == pytest.approx(0.98)
+    assert state_of(50.0, split, 320.0) == "fast"
+    # one placement, the bus in two groups: no split (the bus alone would make two)
+    spread = two_states(45.0, 70.0, 60, 40)
+    assert bus_split(spread) is not None
+    assert bus_split(spread, [50.0 + (i % 9) for i in range(100)]) is None

@@ -36,6 +36,13 @@ MIN_SEPARATION = 1.3
 MIN_SHARE = 0.1
 #: Fewer readings than this: no split.
 MIN_READINGS = 20
+#: The link readings' groups: a round trip within one core complex and one across complexes
+#: differ by several times (about 50 and 300 ns on the Zen 5 VM), and a reading is the fastest
+#: of several batches, so a few calls on the other side are a state, not noise: a group needs
+#: this share of the calls, and at least LINK_MIN_CALLS of them, and medians this far apart.
+LINK_MIN_SHARE = 0.01
+LINK_MIN_CALLS = 5
+LINK_MIN_SEPARATION = 2.0
 #: The two states, in the order tables show them.
 STATES = ("slow", "fast")
 
@@ -68,11 +75,17 @@ def _valid(r: float | None) -> bool:
     return r is not None and r > 0 and math.isfinite(r)
 
 
-def _two_groups(readings: Sequence[float]) -> tuple[float, float, float, float] | None:
+def _two_groups(
+    readings: Sequence[float],
+    min_share: float = MIN_SHARE,
+    min_calls: int = 1,
+    min_separation: float = MIN_SEPARATION,
+) -> tuple[float, float, float, float] | None:
     """(threshold, lower group's median, upper group's median, lower group's share) of the
     two-means split of the readings' logarithms (exact: every cut of the sorted values is
-    tried), or ``None`` when they do not fall in two groups far and full enough apart
-    (:data:`MIN_SEPARATION`, :data:`MIN_SHARE`)."""
+    tried), or ``None`` when they do not fall in two groups far and full enough apart (each
+    with ``min_share`` of the readings and ``min_calls`` of them, medians ``min_separation``
+    times apart)."""
     logs = sorted(math.log(r) for r in readings if _valid(r))
     n = len(logs)
     if n < MIN_READINGS:
@@ -86,14 +99,14 @@ def _two_groups(readings: Sequence[float]) -> tuple[float, float, float, float] 
         s, q = prefix[j] - prefix[i], prefix_sq[j] - prefix_sq[i]
         return q - s * s / (j - i)
 
-    lowest = max(1, math.ceil(MIN_SHARE * n))
+    lowest = max(1, min_calls, math.ceil(min_share * n))
     cuts = range(lowest, n - lowest + 1)
     if not cuts:
         return None
     cut = min(cuts, key=lambda i: spread(0, i) + spread(i, n))
     low, high = logs[:cut], logs[cut:]
     low_median, high_median = math.exp(statistics.median(low)), math.exp(statistics.median(high))
-    if high_median < MIN_SEPARATION * low_median:
+    if high_median < min_separation * low_median:
         return None
     return math.exp((low[-1] + high[0]) / 2), low_median, high_median, cut / n
 
@@ -103,29 +116,32 @@ def bus_split(
 ) -> BusSplit | None:
     """The split of the calls into two states, or ``None`` when there are not two.
 
-    By the link readings (``links``, aligned with ``readings``) when every call has one and
-    they fall in two groups: each group's bus median names it (the slower one ``slow``).
-    Otherwise by the bus readings alone."""
+    By the link readings (``links``, aligned with ``readings``) when every call has one: two
+    groups (:data:`LINK_MIN_SHARE`, :data:`LINK_MIN_CALLS`, :data:`LINK_MIN_SEPARATION`) are
+    the two states, each named by its bus median (the slower one ``slow``); one group is one
+    state, however the bus readings spread within it. Without a link reading for every call,
+    by the bus readings alone."""
     if links is not None and len(links) == len(readings) and all(_valid(v) for v in links):
-        by_link = _two_groups(links)
-        if by_link is not None:
-            threshold, near_ns, far_ns, near_share = by_link
-            near = [b for b, v in zip(readings, links, strict=True) if v < threshold and _valid(b)]
-            far = [b for b, v in zip(readings, links, strict=True) if v >= threshold and _valid(b)]
-            if near and far:
-                near_gbps, far_gbps = statistics.median(near), statistics.median(far)
-                slow_is_near = near_gbps <= far_gbps
-                slow_gbps, fast_gbps = sorted((near_gbps, far_gbps))
-                return BusSplit(
-                    math.sqrt(slow_gbps * fast_gbps),
-                    slow_gbps,
-                    fast_gbps,
-                    near_share if slow_is_near else 1 - near_share,
-                    link_threshold_ns=threshold,
-                    slow_is_near=slow_is_near,
-                    near_ns=near_ns,
-                    far_ns=far_ns,
-                )
+        by_link = _two_groups(links, LINK_MIN_SHARE, LINK_MIN_CALLS, LINK_MIN_SEPARATION)
+        if by_link is None:
+            return None
+        threshold, near_ns, far_ns, near_share = by_link
+        near = [b for b, v in zip(readings, links, strict=True) if v < threshold and _valid(b)]
+        far = [b for b, v in zip(readings, links, strict=True) if v >= threshold and _valid(b)]
+        if near and far:
+            near_gbps, far_gbps = statistics.median(near), statistics.median(far)
+            slow_is_near = near_gbps <= far_gbps
+            slow_gbps, fast_gbps = sorted((near_gbps, far_gbps))
+            return BusSplit(
+                math.sqrt(slow_gbps * fast_gbps),
+                slow_gbps,
+                fast_gbps,
+                near_share if slow_is_near else 1 - near_share,
+                link_threshold_ns=threshold,
+                slow_is_near=slow_is_near,
+                near_ns=near_ns,
+                far_ns=far_ns,
+            )
     by_bus = _two_groups(readings)
     if by_bus is None:
         return None

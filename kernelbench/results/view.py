@@ -22,6 +22,7 @@ from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import ROOFLINE_MARGIN, annotate, cache_levels, peaks
 from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
 from kernelbench.results.states import (
+    LINK_MIN_SEPARATION,
     MIN_SEPARATION,
     MIN_SHARE,
     STATES,
@@ -311,8 +312,10 @@ def state_split_text(states: StateView) -> str:
     split = states.split
     if split is None:
         return (
-            f"No two bus states in this run's {states.readings} readings (cold CPU calls record "
-            f"them; two groups must lie {MIN_SEPARATION}x apart, each with {MIN_SHARE:.0%} of the "
+            f"No two states in this run's {states.readings} calls (cold CPU calls record the "
+            "round trip of a cache line between two threads and the bus's rate before them: "
+            f"link readings in two groups {LINK_MIN_SEPARATION:g}x apart, or, without them, bus "
+            f"readings in two groups {MIN_SEPARATION}x apart, each with {MIN_SHARE:.0%} of the "
             "readings): the pooled tables stand as they are."
         )
     if split.link_threshold_ns is not None:
