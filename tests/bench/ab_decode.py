@@ -18,10 +18,11 @@ against it. ``--other-pages`` adds instead the decode path on weights packed int
 (``pack_weight(..., huge_pages=False)``, copies of their own): decode/other is the packed
 weights' transparent huge pages against 4 KiB pages (``cpu_ext.huge_page_setting()`` must
 allow them: ``madvise`` or ``always``).
-``--by-state``: before every rep the harness's cache scan is timed (the bus reading a cold
-call records), and at the end every ratio is shown again split by the bus's state over all the
-script's readings (``kernelbench.results.states``): on a host whose memory bus moves between
-two states a tuning can win in one and lose in the other (the decode prefetch distance did), so
+``--by-state``: before every rep the harness's cache scan is timed and the threads' link read
+(the readings a cold call records), and at the end every ratio is shown again split by the
+host's state over all the script's readings (``kernelbench.results.states``): on a host that
+moves between two states a tuning can win in one and lose in the other (the decode prefetch
+distance did), so
 an A/B whose reps fall in one state says nothing about the other.
 Run as a script (not collected by pytest); on a shared machine pair many calls::
 
@@ -61,12 +62,12 @@ def _read(packed: torch.Tensor) -> float:
     return clock() - t0
 
 
-def _bus_reading() -> float:
-    """The bus reading a cold call records before it: the harness's own cold timer, around
-    nothing."""
-    timer = call_timer("cpu", cache="cold")
+def _bus_reading() -> tuple[float | None, float | None]:
+    """The readings a cold call records before it (the bus's GB/s, the threads' link in ns):
+    the harness's own cold timer, around nothing."""
+    timer = call_timer("cpu", cache="cold", link_probe=cpu_ext.thread_round_trip_ns)
     timer.timed(lambda: None)
-    return timer.last_bus_gbps
+    return timer.last_reading
 
 
 def measure(
@@ -166,19 +167,22 @@ def _interval_text(values: list[float]) -> str:
 
 def print_by_state(results: dict[tuple[int, int], dict], other: str | None) -> None:
     """Every shape's ratios again, split by the state of the bus reading before each rep."""
-    split = bus_split([b for r in results.values() for b in r["reps"]["bus"]])
+    readings = [reading for r in results.values() for reading in r["reps"]["bus"]]
+    split = bus_split([b for b, _ in readings], [link for _, link in readings])
     if split is None:
-        print("by state: the bus readings show no two states (one state: the ratios above stand)")
+        print("by state: the readings show no two states (one state: the ratios above stand)")
         return
+    by_link = f", by the threads' link cut at {split.link_threshold_ns:.0f} ns"
     print(
-        f"by state: cut at {split.threshold_gbps:.0f} GB/s (medians {split.slow_gbps:.0f} and "
-        f"{split.fast_gbps:.0f}, {split.slow_share:.0%} of the readings slow)"
+        f"by state: bus medians {split.slow_gbps:.0f} and {split.fast_gbps:.0f} GB/s"
+        f"{by_link if split.link_threshold_ns else ''} ({split.slow_share:.0%} of the readings "
+        "slow)"
     )
     names = ["blocked", "read"] + (["other"] if other else [])
     for (d, m), r in results.items():
         reps = r["reps"]
         for state in STATES:
-            keep = [state_of(b, split) == state for b in reps["bus"]]
+            keep = [state_of(b, split, link) == state for b, link in reps["bus"]]
             cells = [
                 f"decode/{other if name == 'other' else name} "
                 + _interval_text([v for v, k in zip(reps[name], keep, strict=True) if k])
