@@ -364,7 +364,7 @@ void flush_cache_lines(uintptr_t begin, int64_t nbytes) {
 // The round trip of one cache line between the first two threads of an OpenMP team, in ns:
 // thread 0 writes a counter, thread 1 answers, `rounds` times in `batches` batches; the fastest
 // batch's mean (a batch the OS interrupted does not count). On a VM whose two vCPUs the host
-// places now on one core complex (shared L3) and now on two, this reads about 70 or 300 ns: a
+// places now on one core complex (shared L3) and now on two, this reads 50-70 or 300 ns: a
 // reading of where the threads run, taken without touching memory. -1 with fewer than two
 // threads.
 double thread_round_trip_ns(int rounds, int batches) {

@@ -701,5 +701,11 @@ def test_the_threads_link_reads_a_round_trip_in_nanoseconds():
         assert ns is None
     else:
         assert ns is not None and 0 < ns < 1e6
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # a one-thread run: nothing to read, no second thread woken
+        assert cpu_ext.thread_round_trip_ns() is None
+    finally:
+        torch.set_num_threads(before)
     with pytest.raises(ValueError, match="rounds"):
         cpu_ext._ext.thread_round_trip_ns(0, 1)

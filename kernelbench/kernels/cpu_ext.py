@@ -199,9 +199,9 @@ def thread_round_trip_ns() -> float | None:
     """How long a cache line takes to go from one of the kernels' OpenMP threads to another and
     back, in ns (the fastest of a few batches): which cores the threads run on, read without
     touching memory. On a VM whose host moves its two vCPUs between one core complex (shared
-    L3, one link to memory) and two, it reads about 70 or 300 ns, and with it the memory bus
-    reads about 56 or 90 GB/s. ``None`` with one thread or without the extension."""
-    if _ext is None:
+    L3, one link to memory) and two, it reads about 50-70 or 300 ns, and with it the memory bus
+    about 40-65 or 70-110 GB/s. ``None`` when torch runs one thread, or without the extension."""
+    if _ext is None or torch.get_num_threads() < 2:
         return None
     _sync_threads()
     ns = _ext.thread_round_trip_ns(ROUND_TRIPS, ROUND_TRIP_BATCHES)

@@ -86,8 +86,8 @@ class CallTimer:
 
     ``link_probe``: a reading of where the threads run, taken after the eviction and kept as
     ``last_link_ns`` (the round trip of a cache line between two threads: on the 2-vCPU Zen 5
-    VM about 70 ns while the host keeps both vCPUs on one core complex, whose one link to
-    memory reads 55-58 GB/s, and about 300 ns while it spreads them over two, 85-105 GB/s)."""
+    VM about 50-70 ns while the host keeps both vCPUs on one core complex, whose one link to
+    memory reads 40-65 GB/s, and about 300 ns while it spreads them over two, 70-110 GB/s)."""
 
     @property
     def last_reading(self) -> tuple[float | None, float | None]:
