@@ -17,8 +17,8 @@ ns while both vCPUs sit on one core complex (one shared L3, one link to memory: 
 40-65 GB/s) and about 300 ns while they sit on two (two links: 70-110 GB/s; the threads' shared
 data crosses between complexes, and bf16 calls run slower). The bus reading of one state drifts
 over a run and overlaps the other's (a slow state read 60-72 GB/s in one run, 46-57 in others),
-so where the calls carry link readings that fall in two groups, the link decides each pair's
-state, sharp where the bus is not; the state whose bus readings are slower is named ``slow``.
+so where every call carries a link reading the link decides, sharp where the bus is not: two
+groups are two states (the one whose bus readings are slower named ``slow``), one group is one.
 """
 
 from __future__ import annotations
