@@ -73,8 +73,9 @@ def test_each_state_has_its_share_of_the_roofline():
     assert state_roofline_share(unknown, by_state["fast"]) is None
 
 
-def _paired_run(run_dir, row_factory, baseline_ms, bus):
-    """A cold one-token run: the 16-bit baseline and custom int8_raw at 1 ms a call, paired."""
+def _paired_run(run_dir, row_factory, baseline_ms, bus, links=None):
+    """A cold one-token run: the 16-bit baseline and custom int8_raw at 1 ms a call, paired
+    (with a link reading per call when ``links`` is given)."""
     from kernelbench.results.schema import ResultsWriter
 
     writer = ResultsWriter(run_dir)
@@ -90,6 +91,7 @@ def _paired_run(run_dir, row_factory, baseline_ms, bus):
             baseline_raw_ms=baseline_ms,
             paired=True,
             bus_gbps=bus,
+            link_ns=links or [],
         )
     )
     return run_dir
@@ -244,3 +246,24 @@ def test_a_few_calls_on_two_complexes_are_a_state_and_one_placement_is_one_state
     spread = two_states(45.0, 70.0, 60, 40)
     assert bus_split(spread) is not None
     assert bus_split(spread, [50.0 + (i % 9) for i in range(100)]) is None
+
+
+def test_the_headline_says_when_the_host_moved_the_threads(tmp_path, row_factory):
+    """A run whose calls met both placements says so under its precision line, with each
+    one's share; a run on one placement, or without link readings, says nothing of it."""
+    from kernelbench.results.view import headline, load_view
+
+    bus = [45.0, 110.0] * 15
+    base = [3.0 if b < 70 else 6.0 for b in bus]
+    links = [50.0 if b < 70 else 330.0 for b in bus]
+    moved = _paired_run(tmp_path / "moved", row_factory, base, bus, links)
+    lines = headline(load_view(moved))
+    assert any(
+        "The host moved the threads during this run: 50% of the timed calls" in line
+        for line in lines
+    )
+    assert "kernelbench show --states" in lines[-1]
+    still = _paired_run(tmp_path / "still", row_factory, base, bus, [50.0] * 30)
+    bare = _paired_run(tmp_path / "bare", row_factory, base, bus)
+    for run in (still, bare):
+        assert not any("moved the threads" in line for line in headline(load_view(run)))

@@ -481,10 +481,41 @@ def busy_note(load: dict) -> str:
     )
 
 
+def placement_note(df: pd.DataFrame) -> str:
+    """One line when the run's link readings (cold CPU calls) fall in two states: how the
+    timed calls divided between the threads on one core complex and on two, and where each
+    state's speedups are; empty otherwise (one placement, or no link readings)."""
+    if not len(df) or "link_ns" not in df or "bus_gbps" not in df:
+        return ""
+    bus: list[float] = []
+    links: list[float] = []
+    for b, link in zip(df["bus_gbps"], df["link_ns"], strict=True):
+        if isinstance(b, list | tuple) and isinstance(link, list | tuple) and len(b) == len(link):
+            bus += b
+            links += link
+    split = bus_split(bus, links) if links else None
+    if split is None or split.link_threshold_ns is None:
+        return ""
+    near_share = split.slow_share if split.slow_is_near else 1 - split.slow_share
+    near_gbps, far_gbps = (
+        (split.slow_gbps, split.fast_gbps)
+        if split.slow_is_near
+        else (split.fast_gbps, split.slow_gbps)
+    )
+    return (
+        f"The host moved the threads during this run: {near_share:.0%} of the timed calls ran "
+        f"with them on one core complex (a cache line's round trip {split.near_ns:.0f} ns, the "
+        f"bus {near_gbps:.0f} GB/s), {1 - near_share:.0%} on two ({split.far_ns:.0f} ns, "
+        f"{far_gbps:.0f} GB/s); speedups that depend on memory differ between the two, each "
+        "on its own: kernelbench show --states."
+    )
+
+
 def headline(df: pd.DataFrame) -> list[str]:
     """The run in two lines: the fastest backend/method over the 16-bit baseline at the
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
-    interval), then the run's precision (:func:`precision_line`); a third when the machine was
+    interval), then the run's precision (:func:`precision_line`); then a line when the host
+    moved the threads during the run (:func:`placement_note`) and one when the machine was
     busy while it ran (:func:`busy_note`)."""
     cell = headline_cell(df)
     if cell is None:
@@ -509,5 +540,7 @@ def headline(df: pd.DataFrame) -> list[str]:
     target = df.attrs.get("ci_target") or default("ci_target")
     precision = precision_line(df, target)
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
+    if placement := placement_note(df):
+        lines.append(placement)
     load = df.attrs.get("load")
     return [*lines, busy_note(load)] if isinstance(load, dict) and load.get("busy") else lines
