@@ -791,3 +791,25 @@ def test_between_processors_a_float_error_may_move_by_rounding_not_more(tmp_path
         cmp = compare_runs(base, worse)
         assert cmp.exit_code == 1, method
         assert [r.key[5] for r in cmp.regressions] == [method]
+
+
+def test_runs_that_met_the_threads_on_different_placements_say_so(tmp_path: Path):
+    """Cold CPU runs record each call's link between two threads: a base run with every call
+    on two core complexes and a new one with every call on one get a note (their memory-bound
+    rows move with the host); runs on the same placement, or without readings, get none."""
+
+    def run(path: Path, links: list[float]) -> Path:
+        n = len(links)
+        extra = {"raw_ms": [8.0] * n, "bus_gbps": [60.0] * n, "link_ns": links}
+        rows = [row("fp16", backend="torch"), dataclasses.replace(row("llm_int8"), **extra)]
+        return write_run(path, rows)
+
+    two = run(tmp_path / "two", [330.0] * 20)
+    one = run(tmp_path / "one", [50.0] * 20)
+    also_two = run(tmp_path / "also_two", [320.0] * 20)
+    note = "the host ran the threads on two core complexes for 100% of the base run's"
+    cmp = compare_runs(two, one)
+    assert any(note in n and "0% of the new run's" in n for n in cmp.notes)
+    assert not any("core complexes" in n for n in compare_runs(two, also_two).notes)
+    bare = write_run(tmp_path / "bare", standard_rows())
+    assert not any("core complexes" in n for n in compare_runs(two, bare).notes)

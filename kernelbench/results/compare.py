@@ -66,6 +66,7 @@ from kernelbench.results.schema import (
     read_run_rows,
     results_path,
 )
+from kernelbench.results.states import bus_split
 from kernelbench.results.verdict import speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
@@ -362,6 +363,8 @@ def compare_loaded_runs(
     rounding = CROSS_PROCESSOR_ERROR_TOL if _identity_differences(b_run.env, n_run.env) else 0.0
     cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol, rounding) for k in keys]
     cmp.not_comparable = machines_differ(b_run.env, n_run.env)
+    if placement := placements_differ(b_run, n_run):
+        cmp.notes.append(placement)
     if cmp.not_comparable:
         for r in cmp.rows:
             if r.verdict in ("slower", "faster", "same"):
@@ -432,6 +435,45 @@ def machines_differ(base_env: dict, new_env: dict) -> str:
 
 
 # --- rendering -------------------------------------------------------------------------------
+
+
+#: Runs whose shares of calls on two core complexes differ by more than this are said to.
+PLACEMENT_SHARE_DIFFERENCE = 0.1
+
+
+def _link_readings(run: LoadedRun) -> tuple[list[float], list[float]]:
+    bus: list[float] = []
+    links: list[float] = []
+    for row in run.rows.values():
+        b, link = row.get("bus_gbps") or [], row.get("link_ns") or []
+        if link and len(b) == len(link):
+            bus += b
+            links += link
+    return bus, links
+
+
+def placements_differ(b_run: LoadedRun, n_run: LoadedRun) -> str:
+    """A note when the two runs' cold CPU calls met the host's placements of the threads (one
+    core complex, or two: :mod:`kernelbench.results.states`) in shares apart by more than
+    :data:`PLACEMENT_SHARE_DIFFERENCE`: the speed of a row that depends on memory then moves
+    with the host, not only with the code. The placements are the joint split of both runs'
+    link readings; empty when either run has none, or they show one placement."""
+    (b_bus, b_links), (n_bus, n_links) = _link_readings(b_run), _link_readings(n_run)
+    if not b_links or not n_links:
+        return ""
+    split = bus_split(b_bus + n_bus, b_links + n_links)
+    if split is None or split.link_threshold_ns is None:
+        return ""
+    threshold = split.link_threshold_ns
+    base, new = (sum(v >= threshold for v in links) / len(links) for links in (b_links, n_links))
+    if abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
+        return ""
+    return (
+        f"the host ran the threads on two core complexes for {base:.0%} of the base run's timed "
+        f"calls and {new:.0%} of the new run's (a cache line's round trip about "
+        f"{split.near_ns:.0f} ns on one, {split.far_ns:.0f} on two): rows whose speed depends "
+        "on memory move with that as well as with the code (kernelbench show --states)"
+    )
 
 
 def _pct(v: float | None) -> str:
