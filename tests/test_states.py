@@ -267,3 +267,18 @@ def test_the_headline_says_when_the_host_moved_the_threads(tmp_path, row_factory
     bare = _paired_run(tmp_path / "bare", row_factory, base, bus)
     for run in (still, bare):
         assert not any("moved the threads" in line for line in headline(load_view(run)))
+
+
+def test_a_link_reading_from_a_descheduled_thread_is_no_placement():
+    """On a busy machine a round trip can take milliseconds (a thread not running): such a
+    reading neither makes a state nor disables the split, and its call's state is unknown."""
+    from kernelbench.results.states import LINK_MAX_NS
+
+    bus = [50.0] * 50 + [100.0] * 50 + [50.0] * 3
+    links = [50.0] * 50 + [330.0] * 50 + [7.4e6] * 3
+    split = bus_split(bus, links)
+    assert split is not None and 50 < split.link_threshold_ns < 330
+    assert split.slow_share == pytest.approx(0.5)
+    assert state_of(50.0, split, 7.4e6) is None and LINK_MAX_NS < 7.4e6
+    # one placement and a few such readings: still one state
+    assert bus_split([50.0] * 103, [50.0] * 100 + [7.4e6] * 3) is None

@@ -66,7 +66,7 @@ from kernelbench.results.schema import (
     read_run_rows,
     results_path,
 )
-from kernelbench.results.states import bus_split
+from kernelbench.results.states import LINK_MAX_NS, bus_split
 from kernelbench.results.verdict import speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
@@ -465,7 +465,10 @@ def placements_differ(b_run: LoadedRun, n_run: LoadedRun) -> str:
     if split is None or split.link_threshold_ns is None:
         return ""
     threshold = split.link_threshold_ns
-    base, new = (sum(v >= threshold for v in links) / len(links) for links in (b_links, n_links))
+    placed = [[v for v in links if v <= LINK_MAX_NS] for links in (b_links, n_links)]
+    if not all(placed):
+        return ""
+    base, new = (sum(v >= threshold for v in links) / len(links) for links in placed)
     if abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
         return ""
     return (

@@ -43,6 +43,9 @@ MIN_READINGS = 20
 LINK_MIN_SHARE = 0.01
 LINK_MIN_CALLS = 5
 LINK_MIN_SEPARATION = 2.0
+#: A link reading above this is not a placement but a thread that was not running (on a
+#: machine busy with other work a reading took 7.4 ms): its call's state is unknown.
+LINK_MAX_NS = 20_000.0
 #: The two states, in the order tables show them.
 STATES = ("slow", "fast")
 
@@ -119,15 +122,17 @@ def bus_split(
     By the link readings (``links``, aligned with ``readings``) when every call has one: two
     groups (:data:`LINK_MIN_SHARE`, :data:`LINK_MIN_CALLS`, :data:`LINK_MIN_SEPARATION`) are
     the two states, each named by its bus median (the slower one ``slow``); one group is one
-    state, however the bus readings spread within it. Without a link reading for every call,
-    by the bus readings alone."""
+    state, however the bus readings spread within it (readings above :data:`LINK_MAX_NS` are
+    left out). Without a link reading for every call, by the bus readings alone."""
     if links is not None and len(links) == len(readings) and all(_valid(v) for v in links):
-        by_link = _two_groups(links, LINK_MIN_SHARE, LINK_MIN_CALLS, LINK_MIN_SEPARATION)
+        placed = [v for v in links if v <= LINK_MAX_NS]
+        by_link = _two_groups(placed, LINK_MIN_SHARE, LINK_MIN_CALLS, LINK_MIN_SEPARATION)
         if by_link is None:
             return None
         threshold, near_ns, far_ns, near_share = by_link
-        near = [b for b, v in zip(readings, links, strict=True) if v < threshold and _valid(b)]
-        far = [b for b, v in zip(readings, links, strict=True) if v >= threshold and _valid(b)]
+        pairs = [(b, v) for b, v in zip(readings, links, strict=True) if v <= LINK_MAX_NS]
+        near = [b for b, v in pairs if v < threshold and _valid(b)]
+        far = [b for b, v in pairs if v >= threshold and _valid(b)]
         if near and far:
             near_gbps, far_gbps = statistics.median(near), statistics.median(far)
             slow_is_near = near_gbps <= far_gbps
@@ -150,8 +155,11 @@ def bus_split(
 
 def state_of(bus_gbps: float | None, split: BusSplit, link_ns: float | None = None) -> str | None:
     """``"slow"`` or ``"fast"``: the state a call's readings put it in (``None``: no reading).
-    The link reading decides when the split has a link threshold and the call has one."""
+    The link reading decides when the split has a link threshold and the call has one (above
+    :data:`LINK_MAX_NS`: ``None``, a thread was not running)."""
     if split.link_threshold_ns is not None and _valid(link_ns):
+        if link_ns > LINK_MAX_NS:
+            return None
         near = link_ns < split.link_threshold_ns
         return "slow" if near == split.slow_is_near else "fast"
     if not _valid(bus_gbps):
