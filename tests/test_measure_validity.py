@@ -192,18 +192,24 @@ class BusMachine(Machine):
         self.now += self.evict_ms.pop(0) / 1e3
 
 
-def test_each_sample_keeps_the_bus_bandwidth_its_eviction_read():
-    # baseline, a, baseline, a, baseline: evictions of 64 MiB in 1, 2, 1, 4, 1 ms
-    m = BusMachine([1.0, 2.0, 1.0, 4.0, 1.0])
+def _two_pairs(m: BusMachine, **timer_kw):
+    """A cell of one row ``a`` (2 ms) and the baseline (4 ms), two pairs, timed on ``m`` by a
+    cold timer with ``timer_kw``."""
     timer = TimerSettings(warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
     e = MeasurementEngine(
         "cpu",
         timer,
         timer,
         clock=m.clock,
-        timer=CallTimer(m.clock, before_call=m.evict, usage=m.usage, probe_bytes=64 * 2**20),
+        timer=CallTimer(m.clock, before_call=m.evict, usage=m.usage, **timer_kw),
     )
-    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    return e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+
+
+def test_each_sample_keeps_the_bus_bandwidth_its_eviction_read():
+    # baseline, a, baseline, a, baseline: evictions of 64 MiB in 1, 2, 1, 4, 1 ms
+    m = BusMachine([1.0, 2.0, 1.0, 4.0, 1.0])
+    cell = _two_pairs(m, probe_bytes=64 * 2**20)
     gb = 64 * 2**20 / 1e9  # what one eviction reads
     assert cell.rows["a"].bus_gbps == pytest.approx((gb / 2e-3, gb / 4e-3))
     assert cell.baseline.bus_gbps == pytest.approx((gb / 1e-3,) * 3)
@@ -217,15 +223,7 @@ def test_each_sample_keeps_the_link_reading_taken_after_its_eviction():
         m.log.append("link")
         return next(links)
 
-    timer = TimerSettings(warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)
-    e = MeasurementEngine(
-        "cpu",
-        timer,
-        timer,
-        clock=m.clock,
-        timer=CallTimer(m.clock, before_call=m.evict, usage=m.usage, link_probe=probe),
-    )
-    cell = e.measure_cell({"a": m.call("a", 2.0)}, baseline=m.call("base", 4.0))
+    cell = _two_pairs(m, link_probe=probe)
     # baseline, a, baseline, a, baseline: each call's own reading, aligned with its samples
     assert cell.rows["a"].link_ns == (300.0, 310.0)
     assert cell.baseline.link_ns == (50.0, 51.0, 52.0)
