@@ -203,7 +203,6 @@ def thread_round_trip_ns() -> float | None:
     about 40-65 or 70-110 GB/s. ``None`` when torch runs one thread, or without the extension."""
     if _ext is None or torch.get_num_threads() < 2:
         return None
-    _sync_threads()
     ns = _ext.thread_round_trip_ns(ROUND_TRIPS, ROUND_TRIP_BATCHES)
     return ns if ns > 0 else None
 

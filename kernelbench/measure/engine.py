@@ -265,13 +265,10 @@ class _Sampling:
         if link_ns is not None:
             self.link_ns.append(link_ns)
 
-    def bus_readings(self) -> tuple[float, ...]:
-        """The bus readings, when there is one for every sample (else none)."""
-        return tuple(self.bus_gbps) if len(self.bus_gbps) == len(self.row_ms) else ()
-
-    def link_readings(self) -> tuple[float, ...]:
-        """The link readings, when there is one for every sample (else none)."""
-        return tuple(self.link_ns) if len(self.link_ns) == len(self.row_ms) else ()
+    def aligned(self, readings: list[float]) -> tuple[float, ...]:
+        """``readings`` (the bus's or the link's), when there is one for every sample (else
+        none)."""
+        return tuple(readings) if len(readings) == len(self.row_ms) else ()
 
     def samples(self) -> tuple[float, ...]:
         if not self.baseline_ms:
@@ -483,8 +480,8 @@ class MeasurementEngine:
                 tuple(s.baseline_ms),
                 throttled=self.timer.throttled,
                 usage=tuple(s.usage),
-                bus_gbps=s.bus_readings(),
-                link_ns=s.link_readings(),
+                bus_gbps=s.aligned(s.bus_gbps),
+                link_ns=s.aligned(s.link_ns),
             )
             for key, s in state.items()
             if key not in failed
@@ -495,8 +492,8 @@ class MeasurementEngine:
                 tuple(base.row_ms),
                 throttled=self.timer.throttled,
                 usage=tuple(base.usage),
-                bus_gbps=base.bus_readings(),
-                link_ns=base.link_readings(),
+                bus_gbps=base.aligned(base.bus_gbps),
+                link_ns=base.aligned(base.link_ns),
             )
         return out
 

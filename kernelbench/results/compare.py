@@ -66,7 +66,7 @@ from kernelbench.results.schema import (
     read_run_rows,
     results_path,
 )
-from kernelbench.results.states import LINK_MAX_NS, bus_split
+from kernelbench.results.states import bus_split, call_readings, far_share
 from kernelbench.results.verdict import speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
@@ -441,15 +441,9 @@ def machines_differ(base_env: dict, new_env: dict) -> str:
 PLACEMENT_SHARE_DIFFERENCE = 0.1
 
 
-def _link_readings(run: LoadedRun) -> tuple[list[float], list[float]]:
-    bus: list[float] = []
-    links: list[float] = []
-    for row in run.rows.values():
-        b, link = row.get("bus_gbps") or [], row.get("link_ns") or []
-        if link and len(b) == len(link):
-            bus += b
-            links += link
-    return bus, links
+def _link_readings(run: LoadedRun) -> tuple[list[float], list[float | None]]:
+    rows = ((row.get("bus_gbps"), row.get("link_ns")) for row in run.rows.values())
+    return call_readings(rows, links_only=True)
 
 
 def placements_differ(b_run: LoadedRun, n_run: LoadedRun) -> str:
@@ -462,14 +456,10 @@ def placements_differ(b_run: LoadedRun, n_run: LoadedRun) -> str:
     if not b_links or not n_links:
         return ""
     split = bus_split(b_bus + n_bus, b_links + n_links)
-    if split is None or split.link_threshold_ns is None:
+    if split is None:
         return ""
-    threshold = split.link_threshold_ns
-    placed = [[v for v in links if v <= LINK_MAX_NS] for links in (b_links, n_links)]
-    if not all(placed):
-        return ""
-    base, new = (sum(v >= threshold for v in links) / len(links) for links in placed)
-    if abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
+    base, new = far_share(b_links, split), far_share(n_links, split)
+    if base is None or new is None or abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
         return ""
     return (
         f"the host ran the threads on two core complexes for {base:.0%} of the base run's timed "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kernelbench.statistics import rounds_median_interval
@@ -63,6 +63,48 @@ class BusSplit:
     slow_is_near: bool = True
     near_ns: float | None = None  # median link reading of each group
     far_ns: float | None = None
+
+    @property
+    def near_share(self) -> float:
+        """The share of the calls whose threads were on one core complex (link splits)."""
+        return self.slow_share if self.slow_is_near else 1 - self.slow_share
+
+    @property
+    def near_far_gbps(self) -> tuple[float, float]:
+        """The bus medians of the near and the far group (link splits)."""
+        pair = (self.slow_gbps, self.fast_gbps)
+        return pair if self.slow_is_near else pair[::-1]
+
+
+def call_readings(
+    rows: Iterable[tuple[object, object]], links_only: bool = False
+) -> tuple[list[float], list[float | None]]:
+    """The bus and link readings of rows given as ``(bus_gbps, link_ns)`` lists, aligned: a row
+    whose links do not match its bus readings adds ``None`` links (the bus then classes its
+    calls), or nothing with ``links_only``."""
+    bus: list[float] = []
+    links: list[float | None] = []
+    for b, link in rows:
+        b = list(b) if isinstance(b, list | tuple) else []
+        link = list(link) if isinstance(link, list | tuple) else []
+        if link and len(link) == len(b):
+            bus += b
+            links += link
+        elif not links_only:
+            bus += b
+            links += [None] * len(b)
+    return bus, links
+
+
+def far_share(links: Sequence[float], split: BusSplit) -> float | None:
+    """The share of ``links`` (those under :data:`LINK_MAX_NS`) at or above the split's link
+    threshold: the calls with the threads on two core complexes (``None``: none to count)."""
+    if split.link_threshold_ns is None:
+        return None
+    placed = [v for v in links if v <= LINK_MAX_NS]
+    if not placed:
+        return None
+    return sum(v >= split.link_threshold_ns for v in placed) / len(placed)
 
 
 @dataclass(frozen=True)

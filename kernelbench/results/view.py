@@ -29,6 +29,7 @@ from kernelbench.results.states import (
     BusSplit,
     StateSpeedup,
     bus_split,
+    call_readings,
     state_speedups,
 )
 from kernelbench.settings import default, recorded
@@ -239,14 +240,9 @@ def state_view(df: pd.DataFrame) -> StateView:
     if "paired" not in rows or "bus_gbps" not in rows:
         return StateView(0, None, {})
     rows = rows[rows["paired"].fillna(False).astype(bool)]
-    readings: list[float] = []
-    links: list[float | None] = []
     has_links = "link_ns" in rows
-    for _, r in rows.iterrows():
-        bus = list(r["bus_gbps"] or [])
-        link = list(r["link_ns"] or []) if has_links else []
-        readings += bus
-        links += link if len(link) == len(bus) else [None] * len(bus)
+    row_links = rows["link_ns"] if has_links else [None] * len(rows)
+    readings, links = call_readings(zip(rows["bus_gbps"], row_links, strict=True))
     split = bus_split(readings, links)
     if split is None:
         return StateView(len(readings), None, {})
@@ -487,21 +483,12 @@ def placement_note(df: pd.DataFrame) -> str:
     state's speedups are; empty otherwise (one placement, or no link readings)."""
     if not len(df) or "link_ns" not in df or "bus_gbps" not in df:
         return ""
-    bus: list[float] = []
-    links: list[float] = []
-    for b, link in zip(df["bus_gbps"], df["link_ns"], strict=True):
-        if isinstance(b, list | tuple) and isinstance(link, list | tuple) and len(b) == len(link):
-            bus += b
-            links += link
+    bus, links = call_readings(zip(df["bus_gbps"], df["link_ns"], strict=True), links_only=True)
     split = bus_split(bus, links) if links else None
     if split is None or split.link_threshold_ns is None:
         return ""
-    near_share = split.slow_share if split.slow_is_near else 1 - split.slow_share
-    near_gbps, far_gbps = (
-        (split.slow_gbps, split.fast_gbps)
-        if split.slow_is_near
-        else (split.fast_gbps, split.slow_gbps)
-    )
+    near_share = split.near_share
+    near_gbps, far_gbps = split.near_far_gbps
     return (
         f"The host moved the threads during this run: {near_share:.0%} of the timed calls ran "
         f"with them on one core complex (a cache line's round trip {split.near_ns:.0f} ns, the "
