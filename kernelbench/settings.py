@@ -117,7 +117,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "extra_rounds",
             "--extra-rounds",
-            2,
+            4,
             "At most this many extra rounds for rows whose interval is too wide",
             0,
             high=100,
@@ -125,7 +125,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "extra_round_budget_s",
             None,
-            45.0,
+            30.0,
             "Estimated seconds each extra round may take (rows within reach of the target first)",
             0.0,
         ),

@@ -231,6 +231,46 @@ def test_extra_rounds_serve_rows_within_reach_of_the_target_first():
     assert len(followup_items(rows, env, items, 1)) == 2
 
 
+def test_extra_rounds_judge_each_placement_on_its_own():
+    """Calls on one core complex (link 50 ns) and on two (330 ns) give two speedups: the
+    pooled interval spans both, but a row narrow in each placement is settled; a row wide in
+    one placement only waits while the host is in the other."""
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import RunOptions, plan
+
+    env = {"ci_target": 0.05}
+
+    def placed(method: str, near: list[float], far: list[float], **kw) -> dict:
+        links = [50.0] * len(near) + [330.0] * len(far)
+        return row(method, near + far, bus_gbps=[60.0] * len(links), link_ns=links, **kw)
+
+    steady_near = [2.0 + 0.01 * (i % 3) for i in range(12)]
+    steady_far = [4.0 + 0.02 * (i % 3) for i in range(12)]
+    scattered_near = [1.5, 2.5, 2.0, 3.0, 1.2, 2.2] * 2
+    scattered_far = [3.0, 5.0, 4.0, 6.0, 2.5, 4.5] * 2
+    rows = [baseline(), placed("int8_raw", steady_near, steady_far)]
+    assert by_method(pooled_rows(rows, env))["int8_raw"].ci_wide  # it mixes 2x and 4x
+    items = plan(load_case("gpt3"), RunOptions(sizes=(768,), tokens=(M, 256), rounds=1))
+    assert followup_items(rows, env, items, 1) == []
+    # wide on one complex, in a cell that costs 10x the other's, wide on two complexes
+    rows += [
+        placed("vectorwise", scattered_near, steady_far, base_ms=10.0),
+        baseline() | {"tokens": 256, "raw_ms": [1.0] * 3, "median_ms": 1.0},
+        placed("int8_raw", steady_near, scattered_far, tokens=256, base_ms=1.0),
+    ]
+
+    def chosen(link_now_ns: float | None) -> list[int]:
+        # a budget for the dear cell, not for both: the cheap one first, all else equal
+        extra = followup_items(rows, env, items, 1, budget_s=0.013, link_now_ns=link_now_ns)
+        return [i.tokens for i in extra]
+
+    assert chosen(None) == [256]
+    assert chosen(330.0) == [256]  # the host is on two complexes now
+    assert chosen(55.0) == [M]  # on one: the round adds pairs where they are wanted
+    (dear,) = [i for i in followup_items(rows, env, items, 1) if i.tokens == M]
+    assert dear.only == frozenset({("custom", "vectorwise")})  # int8_raw is settled
+
+
 def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
     """A series is tried smallest shape first; once its rate is known, a shape whose call would
     exceed PEAK_MAX_CALL_S is not called (torch's bf16 GEMM on an AVX2 CPU: ~17 GFLOP/s)."""

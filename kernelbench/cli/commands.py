@@ -453,8 +453,9 @@ def show(
     states: bool = typer.Option(
         False,
         "--states",
-        help="Speedups split by the memory bus's state (the reading before each cold CPU "
-        "call), when the readings fall in two groups",
+        help="Speedups split by the host's state (where it ran the threads, one core complex "
+        "or two, read before each cold CPU call; else the bus's reading), when the readings "
+        "fall in two groups",
     ),
 ) -> None:
     """Print the headline and tables of a saved run again."""

@@ -297,6 +297,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     from kernelbench.cli.progress import CostModel, sweep_progress
     from kernelbench.results.compare import processor_key
     from kernelbench.results.schema import read_rows
+    from kernelbench.run.cell import link_probe
     from kernelbench.run.load import LoadWatch
     from kernelbench.run.plan import followup_items, max_call_s
 
@@ -311,6 +312,8 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     count = [0]
     # other processes' CPU is read as all of it less ours: Ray's workers would count as others
     watch = LoadWatch() if req.executor == "local" else None
+    # where the host runs this process's threads now: an extra round adds pairs to that state
+    probe = link_probe(prep.device) if req.executor == "local" else None
     try:
         with sweep_progress(console) as progress:
             task = progress.add_task("starting", total=None, rows=0)
@@ -324,6 +327,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                     next_round,
                     prep.opts.extra_round_budget_s,
                     row_budget_s=prep.opts.timer.budget_s,
+                    link_now_ns=probe() if probe is not None else None,
                 )
                 if not more:
                     break

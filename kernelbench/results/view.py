@@ -233,9 +233,10 @@ class StateView:
     by_row: dict[object, dict[str, StateSpeedup]]
 
 
-def state_view(df: pd.DataFrame) -> StateView:
+def state_view(df: pd.DataFrame, only: Iterable[object] | None = None) -> StateView:
     """:class:`StateView` of the paired speedup rows of ``df``: the split and each row's
-    per-state speedups computed once."""
+    per-state speedups computed once (with ``only``, those of the rows of these index labels:
+    the split still from every row's readings)."""
     rows = _speedup_rows(df)
     if "paired" not in rows or "bus_gbps" not in rows:
         return StateView(0, None, {})
@@ -246,6 +247,7 @@ def state_view(df: pd.DataFrame) -> StateView:
     split = bus_split(readings, links)
     if split is None:
         return StateView(len(readings), None, {})
+    wanted = None if only is None else set(only)
     by_row = {
         idx: state_speedups(
             r["raw_ms"],
@@ -256,6 +258,7 @@ def state_view(df: pd.DataFrame) -> StateView:
             r.get("round_samples"),
         )
         for idx, r in rows.iterrows()
+        if wanted is None or idx in wanted
     }
     return StateView(len(readings), split, by_row)
 

@@ -214,7 +214,7 @@ def _measure_plan(
         )
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
     engine = MeasurementEngine(
-        device, opts.timer, opts.stage_timer, cache=opts.cache, link_probe=_link_probe(device)
+        device, opts.timer, opts.stage_timer, cache=opts.cache, link_probe=link_probe(device)
     )
     in_use = memory_in_use(device)
     layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
@@ -613,7 +613,7 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
         row.baseline_ms, row.speedup = row.median_ms, 1.0
 
 
-def _link_probe(device: torch.device):
+def link_probe(device: torch.device):
     """The reading of where the threads run that a cold CPU timer takes before each call
     (``None``: not on the CPU, or the extension is not built)."""
     if device.type != "cpu" or not cpu_ext.available():

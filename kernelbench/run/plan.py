@@ -187,35 +187,63 @@ def followup_items(
     next_round: int,
     budget_s: float | None = None,
     row_budget_s: float = 0.0,
+    link_now_ns: float | None = None,
 ) -> list[WorkItem]:
     """Work items of one extra round for the cells whose pooled rows are still uncertain: a
     speedup interval wider than the run's ``ci_target``, or an ordering contradiction (which
     more pairs either resolve or confirm). Each item measures only those rows (and the
-    baseline they pair with). With ``budget_s``, the rows within reach of the target (at most
-    :data:`WITHIN_REACH` times it, or in an ordering contradiction) come first, then the
-    others, each tier's cheapest cells first, and the round stops where their estimated cost
-    would exceed it: more pairs go where they can settle a row. A row is estimated as the
-    engine times it: for its budget per round (``row_budget_s``, an uncertain row seldom meets
-    its interval target sooner), and at least one pair (its time and its baseline's, measured
-    so far)."""
-    from kernelbench.results.view import pooled_rows
+    baseline they pair with). When the run's calls fall in two states (the host moved the
+    threads between one core complex and two: :mod:`kernelbench.results.states`), a row is
+    judged by each state's interval instead of the pooled one, which mixes two speedups no
+    extra round narrows: a row narrow in every state it has pairs in is settled, and with
+    ``link_now_ns`` (the threads' link read now) a row wide only in the other state comes
+    last, as a round now adds pairs to the state the host is in. With ``budget_s``, the rows
+    within reach of the target (at most :data:`WITHIN_REACH` times it, or in an ordering
+    contradiction) come first, then the others, each tier's cheapest cells first, and the
+    round stops where their estimated cost would exceed it: more pairs go where they can
+    settle a row. A row is estimated as the engine times it: for its budget per round
+    (``row_budget_s``, an uncertain row seldom meets its interval target sooner), and at
+    least one pair (its time and its baseline's, measured so far)."""
+    from kernelbench.results.states import state_of
+    from kernelbench.results.view import pooled_view, state_view
 
     target = float(recorded(env, "ci_target"))
-    tiers: tuple[dict[tuple, set], dict[tuple, set]] = ({}, {})  # within reach, the others
-    costs: tuple[dict[tuple, float], dict[tuple, float]] = ({}, {})
-    for row in pooled_rows(rows, env):
-        if row.layer not in {i.layer for i in items}:
-            continue  # a per-block row: its layers are measured, not it
-        if (row.backend, row.method) == FP32:
-            continue  # measured in round 0 only (FP32_ROUNDS)
-        ordering = "ordering" in row.suspect_reason
-        if row.status == "ok" and (row.ci_wide or ordering):
-            width = rel_halfwidth(row.speedup, row.speedup_lo, row.speedup_hi)
-            tier = 0 if ordering or width <= WITHIN_REACH * target else 1
-            cell = (row.d_model, row.layer, row.tokens)
-            tiers[tier].setdefault(cell, set()).add((row.backend, row.method))
-            pair_s = ((row.median_ms or 0.0) + (row.baseline_ms or 0.0)) / 1e3
-            costs[tier][cell] = costs[tier].get(cell, 0.0) + max(row_budget_s, pair_s)
+    layers = {i.layer for i in items}
+    df = pooled_view(rows, env)
+    if df.empty:
+        return []
+    ok = df[(df["status"] == "ok") & df["layer"].isin(layers)]
+    ok = ok[[(b, m) != FP32 for b, m in zip(ok["backend"], ok["method"], strict=True)]]
+    ordering = ok["suspect_reason"].fillna("").str.contains("ordering")
+    candidates = ok[ok["ci_wide"].fillna(False).astype(bool) | ordering]
+    states = state_view(df, only=candidates.index)
+    now = None
+    if states.split is not None and link_now_ns is not None:
+        now = state_of(None, states.split, link_now_ns)
+    # within reach, the others, wide only in the state the host is not in now
+    tiers: tuple[dict[tuple, set], ...] = ({}, {}, {})
+    costs: tuple[dict[tuple, float], ...] = ({}, {}, {})
+    for idx, row in candidates.iterrows():
+        in_order = bool(ordering[idx])
+        by_state = {s: v for s, v in states.by_row.get(idx, {}).items() if v.pairs >= 2}
+        if by_state:
+            wide = {
+                s: w
+                for s, v in by_state.items()
+                if (w := rel_halfwidth(v.speedup, v.lo, v.hi)) > target
+            }
+            if not wide and not in_order:
+                continue
+            width = wide.get(now, max(wide.values(), default=0.0))
+            elsewhere = now is not None and bool(wide) and now not in wide and not in_order
+        else:
+            width = rel_halfwidth(row["speedup"], row["speedup_lo"], row["speedup_hi"])
+            elsewhere = False
+        tier = 2 if elsewhere else 0 if in_order or width <= WITHIN_REACH * target else 1
+        cell = (row["d_model"], row["layer"], row["tokens"])
+        tiers[tier].setdefault(cell, set()).add((row["backend"], row["method"]))
+        pair_ms = _ms(row["median_ms"]) + _ms(row["baseline_ms"])
+        costs[tier][cell] = costs[tier].get(cell, 0.0) + max(row_budget_s, pair_ms / 1e3)
     cells = {(i.size.d_model, i.layer, i.tokens): i for i in items}
     chosen: dict[tuple, set[tuple[str, str]]] = {}
     spent = 0.0
@@ -231,3 +259,8 @@ def followup_items(
         WorkItem(cells[c].size, c[1], c[2], cells[c].dist, next_round, frozenset(pairs))
         for c, pairs in chosen.items()
     ]
+
+
+def _ms(value) -> float:
+    """A pooled row's time in ms, 0 where it has none (NaN in the view)."""
+    return float(value) if value is not None and value == value else 0.0

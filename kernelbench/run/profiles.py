@@ -57,7 +57,6 @@ PROFILES: dict[str, Profile] = {
             error_rows=2048,
             rounds=5,
             ci_target=0.02,
-            extra_rounds=3,
         ),
     )
 }
