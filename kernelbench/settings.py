@@ -117,7 +117,7 @@ SETTINGS: dict[str, Setting] = {
         Setting(
             "extra_rounds",
             "--extra-rounds",
-            4,
+            3,
             "At most this many extra rounds for rows whose interval is too wide",
             0,
             high=100,
@@ -126,7 +126,8 @@ SETTINGS: dict[str, Setting] = {
             "extra_round_budget_s",
             None,
             30.0,
-            "Estimated seconds each extra round may take (rows within reach of the target first)",
+            "Seconds each extra round may take: a cell starts only while its last measured "
+            "time fits (rows within reach of the target first)",
             0.0,
         ),
         # kernelbench accuracy (the error study, no timing)

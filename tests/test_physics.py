@@ -271,6 +271,30 @@ def test_extra_rounds_judge_each_placement_on_its_own():
     assert dear.only == frozenset({("custom", "vectorwise")})  # int8_raw is settled
 
 
+def test_an_extra_round_starts_only_the_cells_whose_last_time_fits_its_budget():
+    """Cells are timed as the executor takes them (from handing one out to being asked for the
+    next); an extra round skips a cell whose last time no longer fits and goes on to the next,
+    and a cell not yet timed counts as free."""
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import CellPacer, RunOptions, plan
+
+    now = [0.0]
+    pacer = CellPacer(clock=lambda: now[0])
+    cells = plan(load_case("gpt3"), RunOptions(sizes=(768, 1024, 2048), tokens=(1,), rounds=1))
+    took = {768: 4.0, 1024: 25.0, 2048: 3.0}
+    for item in pacer.paced(cells):  # a full round: no budget, every cell
+        now[0] += took[item.size.d_model]
+    assert sorted(pacer.seconds.values()) == [3.0, 4.0, 25.0]
+    started = []
+    for item in pacer.paced(cells, budget_s=10.0):
+        started.append(item.size.d_model)
+        now[0] += 1.0  # each takes a second now
+    assert started == [768, 2048]  # 4 s fits; 25 s does not; 3 s still fits after 4
+    assert pacer.seconds[(768, "ffn1", 1)] == 1.0  # the latest time stands for the next
+    fresh = CellPacer(clock=lambda: now[0])
+    assert len(list(fresh.paced(cells, budget_s=0.0))) == 3
+
+
 def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
     """A series is tried smallest shape first; once its rate is known, a shape whose call would
     exceed PEAK_MAX_CALL_S is not called (torch's bf16 GEMM on an AVX2 CPU: ~17 GFLOP/s)."""

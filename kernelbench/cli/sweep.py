@@ -299,7 +299,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     from kernelbench.results.schema import read_rows
     from kernelbench.run.cell import link_probe
     from kernelbench.run.load import LoadWatch
-    from kernelbench.run.plan import followup_items, max_call_s
+    from kernelbench.run.plan import CellPacer, followup_items, max_call_s
 
     # one class name covers processors 2x apart: name this one (vendor-family-model-stepping)
     processor = processor_key(prep.env)
@@ -314,10 +314,13 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     watch = LoadWatch() if req.executor == "local" else None
     # where the host runs this process's threads now: an extra round adds pairs to that state
     probe = link_probe(prep.device) if req.executor == "local" else None
+    # cells one at a time, timed: an extra round starts only the cells that fit its budget
+    # (Ray's executor takes every item at once: no pacing)
+    pacer = CellPacer() if req.executor == "local" else None
     try:
         with sweep_progress(console) as progress:
             task = progress.add_task("starting", total=None, rows=0)
-            _measure(prep, prep.items, writer, done, cost, progress, task, count, watch)
+            _measure(prep, prep.items, writer, done, cost, progress, task, count, watch, pacer)
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
                 more = followup_items(
@@ -331,7 +334,9 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                 )
                 if not more:
                     break
-                _measure(prep, more, writer, done, cost, progress, task, count, watch)
+                budget = prep.opts.extra_round_budget_s
+                args = (writer, done, cost, progress, task, count, watch, pacer, budget)
+                _measure(prep, more, *args)
     except KeyboardInterrupt:
         kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
         typer.echo(
@@ -360,14 +365,26 @@ def _record_load(out: Path, load: dict) -> None:
 
 
 def _measure(
-    prep: _Prepared, items, writer, done, cost, progress, task, count: list, watch=None
+    prep: _Prepared,
+    items,
+    writer,
+    done,
+    cost,
+    progress,
+    task,
+    count: list,
+    watch=None,
+    pacer=None,
+    budget_s: float | None = None,
 ) -> None:
-    """Run ``items`` through the executor, writing each row; the bar advances by each row's
+    """Run ``items`` through the executor (paced by ``pacer``, which with ``budget_s`` leaves
+    out the cells that would not fit it), writing each row; the bar advances by each row's
     estimated cost and names the row timed next."""
     remaining = _planned_rows(prep, items, done)
     spent = progress.tasks[0].completed if progress.tasks else 0.0
     progress.update(task, description=escape(_next_label(remaining)))
-    for item, row in prep.runner.run(items, prep.case, prep.opts, done):
+    fed = items if pacer is None else pacer.paced(items, budget_s)
+    for item, row in prep.runner.run(fed, prep.case, prep.opts, done):
         writer.append(row)
         count[0] += 1
         if watch is not None:

@@ -501,12 +501,37 @@ def placement_note(df: pd.DataFrame) -> str:
     )
 
 
+def placement_precision_line(df: pd.DataFrame, target: float) -> str:
+    """One line when the run's calls fall in two placements (link readings): the run's
+    precision in each, every speedup from its pairs there alone (:func:`state_precision`);
+    empty otherwise."""
+    states = state_view(df)
+    split = states.split
+    if split is None or split.link_threshold_ns is None:
+        return ""
+    precision = state_precision(states.by_row.values(), target)
+    near, far = ("slow", "fast") if split.slow_is_near else ("fast", "slow")
+    parts = [
+        f"{where}: {within} of {total} speedups within ±{target:.0%}, median half-width "
+        f"{median:.1%}"
+        for where, (within, total, median) in (
+            ("on one core complex", precision[near]),
+            ("on two", precision[far]),
+        )
+        if total
+    ]
+    if not parts:
+        return ""
+    return f"Precision by placement, each speedup from its pairs there: {'; '.join(parts)}."
+
+
 def headline(df: pd.DataFrame) -> list[str]:
     """The run in two lines: the fastest backend/method over the 16-bit baseline at the
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
-    interval), then the run's precision (:func:`precision_line`); then a line when the host
-    moved the threads during the run (:func:`placement_note`) and one when the machine was
-    busy while it ran (:func:`busy_note`)."""
+    interval), then the run's precision (:func:`precision_line`); then, when the host moved
+    the threads during the run, a line saying so (:func:`placement_note`) and one with the
+    precision in each placement (:func:`placement_precision_line`); and one when the machine
+    was busy while it ran (:func:`busy_note`)."""
     cell = headline_cell(df)
     if cell is None:
         return ["No row was measured."]
@@ -532,5 +557,7 @@ def headline(df: pd.DataFrame) -> list[str]:
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
     if placement := placement_note(df):
         lines.append(placement)
+        if by_placement := placement_precision_line(df, target):
+            lines.append(by_placement)
     load = df.attrs.get("load")
     return [*lines, busy_note(load)] if isinstance(load, dict) and load.get("busy") else lines

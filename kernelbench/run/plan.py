@@ -6,6 +6,8 @@ its uncertain rows get. Measuring one work item is :mod:`kernelbench.run.cell`'s
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +51,7 @@ class RunOptions:
     #: the run measures its cell again while ``extra_rounds`` last, then says so.
     ci_target: float = default("ci_target")
     extra_rounds: int = default("extra_rounds")
-    #: Estimated seconds each extra round may take (cheapest uncertain cells first).
+    #: Seconds each extra round may take (cheapest uncertain cells first; :class:`CellPacer`).
     extra_round_budget_s: float = default("extra_round_budget_s")
     #: Memory (bytes) a local run may keep cells' inputs and runners in between rounds, so that
     #: a later round does not quantize the weights again; ``None``: a share of physical memory
@@ -264,3 +266,29 @@ def followup_items(
 def _ms(value) -> float:
     """A pooled row's time in ms, 0 where it has none (NaN in the view)."""
     return float(value) if value is not None and value == value else 0.0
+
+
+class CellPacer:
+    """The wall time each cell took when it was last measured, and an extra round's cells
+    started only while they fit its budget: a cell's last time (all its rows, when that was a
+    full round) stands for its next, since a cost estimated from its calls misses what a cell
+    costs beside them (its inputs, runners, cache evictions: a one-token 175B cell of three
+    rows, estimated at 1.5 s from its calls, took 22). Feed the items an executor takes one
+    by one through :meth:`paced`: the time between handing out a cell and being asked for the
+    next is that cell's."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.seconds: dict[tuple[int, str, int], float] = {}
+
+    def paced(self, items: Iterable[WorkItem], budget_s: float | None = None) -> Iterator[WorkItem]:
+        """``items`` in order; with ``budget_s``, those whose last time still fits in what is
+        left of it (a cell never measured counts as free), the others skipped."""
+        start = self.clock()
+        for item in items:
+            key = (item.size.d_model, item.layer, item.tokens)
+            began = self.clock()
+            if budget_s is not None and began - start + self.seconds.get(key, 0.0) > budget_s:
+                continue
+            yield item
+            self.seconds[key] = self.clock() - began
