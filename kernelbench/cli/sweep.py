@@ -406,6 +406,8 @@ def _measure(
             rows=count[0],
             description=escape(_next_label(remaining)),
         )
+    if remaining:  # cells the pacer left out of the budget: no longer ahead
+        progress.update(task, total=spent, description=escape(_next_label({})))
 
 
 def _next_label(remaining: dict) -> str:
