@@ -80,6 +80,18 @@ def test_errors_keep_the_worst_round_and_skips_keep_their_reason(tmp_path: Path)
     assert rows["vectorwise"].reason == "over budget: 9 s"
 
 
+def test_build_time_adds_up_over_the_rounds_that_built(tmp_path: Path):
+    """A round that kept its runner built nothing (``None``): the pooled row's build time is
+    what the rounds spent building, not a median that would hide a rebuild."""
+    runs = [
+        write_run(tmp_path / f"r{i}", round_rows([5.0] * 3, [8.0] * 3, build_s=built))
+        for i, built in enumerate([2.5, None, 1.5])
+    ]
+    assert rows_by_method(merge_runs(runs)[0])["llm_int8"].build_s == pytest.approx(4.0)
+    kept = [write_run(tmp_path / f"k{i}", round_rows([5.0] * 3, [8.0] * 3)) for i in range(2)]
+    assert rows_by_method(merge_runs(kept)[0])["llm_int8"].build_s is None
+
+
 def test_a_key_ok_in_one_round_only_pools_that_round(tmp_path: Path):
     failed = dataclasses.replace(
         row("llm_int8"), status="failed", reason="RuntimeError: boom", median_ms=None

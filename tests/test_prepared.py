@@ -143,12 +143,16 @@ def test_the_local_executor_keeps_cells_for_its_next_run(monkeypatch):
     builds = _recorded_calls(monkeypatch, type(all_backends()["custom"]), "runner")
     first, later = plan(case, opts)
     executor = LocalExecutor()
-    list(executor.run([first], case, opts, set()))
+    built = [row for _, row in executor.run([first], case, opts, set())]
     assert len(builds) == 1
     estimates = dict(executor.estimator.ops_per_s)
     rows = [row for _, row in executor.run([later], case, opts, set())]
     assert len(builds) == 1  # custom's runner came from the first run
     assert all(r.status in ("ok", "skipped") for r in rows)
+    # each row says whether its round built its runner (and how long that took) or kept one
+    measured = [r for r in built if r.status == "ok"]
+    assert measured and all(r.build_s is not None and r.build_s >= 0 for r in measured)
+    assert all(r.build_s is None for r in rows if r.status == "ok")
     assert estimates and set(estimates) <= set(executor.estimator.ops_per_s)
 
 

@@ -137,6 +137,8 @@ def _pool(rows: list[dict]) -> ResultRow:
         setattr(row, name, max(values) if values else None)
     compiles = [r["compile_s"] for r in ok if r.get("compile_s") is not None]
     row.compile_s = statistics.median(compiles) if compiles else None
+    builds = [r["build_s"] for r in ok if r.get("build_s") is not None]
+    row.build_s = sum(builds) if builds else None
     row.timestamp = max(str(r.get("timestamp") or "") for r in ok) or row.timestamp
     row.tops = work_flops(row.m, row.k, row.n) / (row.median_ms / 1e3) / 1e12
     failed = [r for r in rows if r["status"] == "failed"]

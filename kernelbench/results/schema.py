@@ -70,6 +70,9 @@ class ResultRow:
     # where the backend came from: "builtin", "plugin <distribution> <version>", "file <path>"
     origin: str = "builtin"
     compile_s: float | None = None  # one-off compile time (torch.compile), never timed
+    # seconds building the runner in this round (quantizing, packing the weight; never timed);
+    # None: an earlier round's runner was kept. Pooled: the sum over the rounds that built one
+    build_s: float | None = None
     throttled_samples: int = 0
     # caches at each timed call: "cold" (evicted before it: weights and activations read from
     # memory, as a model's layer does once per token) or "hot" (as the previous calls left them)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -467,7 +468,9 @@ def _prepare_row(
         torch.cuda.reset_peak_memory_stats(device)
     if runner is None:
         problem = Problem(row.method, inputs.x, inputs.weight, inputs.bias, opts.cfg, kept_rows)
+        started = time.perf_counter()
         runner = backend.build(problem)
+        row.build_s = round(time.perf_counter() - started, 4)
     deferred = None
     if warm_s is None:
         y, warm_s = engine.first_call(runner.run)
