@@ -461,16 +461,18 @@ def show(
     """Print the headline and tables of a saved run again."""
     from kernelbench.report.console import print_state_tables, print_tables
     from kernelbench.results.schema import SchemaError
-    from kernelbench.results.view import load_view
+    from kernelbench.results.view import load_view, state_view
 
     try:
         with skipped_lines_reported():
             df = load_view(run_dir)  # its attrs carry the run's interval target
     except SchemaError as exc:
         raise fail(str(exc)) from None
-    print_tables(df, console, skipped_table=skipped, all_wide=wide)
+    # the headline and the state tables split the same readings: once
+    by_state = state_view(df) if states else None
+    print_tables(df, console, skipped_table=skipped, all_wide=wide, states=by_state)
     if states:
-        print_state_tables(df, console)
+        print_state_tables(df, console, by_state)
 
 
 @app.command()

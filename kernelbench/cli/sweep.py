@@ -334,9 +334,19 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                 )
                 if not more:
                     break
-                budget = prep.opts.extra_round_budget_s
-                args = (writer, done, cost, progress, task, count, watch, pacer, budget)
-                _measure(prep, more, *args)
+                _measure(
+                    prep,
+                    more,
+                    writer,
+                    done,
+                    cost,
+                    progress,
+                    task,
+                    count,
+                    watch,
+                    pacer,
+                    budget_s=prep.opts.extra_round_budget_s,
+                )
     except KeyboardInterrupt:
         kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
         typer.echo(

@@ -26,6 +26,7 @@ from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import StateSpeedup, state_bounds
 from kernelbench.results.view import (
     SLOW_FACTOR,
+    StateView,
     by_round,
     headline,
     is_baseline,
@@ -229,6 +230,7 @@ def print_tables(
     console: Console | None = None,
     skipped_table: bool = False,
     all_wide: bool = False,
+    states: StateView | None = None,
 ) -> None:
     """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
     beside it where the paper has one), time with sample count and share of the roofline, and
@@ -239,11 +241,11 @@ def print_tables(
     tables, suspect rows, wide rows (with what their slow calls saw), then skipped and failed
     rows: one line per reason group, or with ``skipped_table`` the full table. Rows of
     (backend, method) pairs that do not apply (the backend has no such method) are counted,
-    not listed."""
+    not listed. ``states``: ``df``'s state view where the caller has one (the headline's)."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
-    for line in headline(df):
+    for line in headline(df, states):
         console.print(f"[bold]{escape(line)}[/bold]", soft_wrap=True)
     shown, by_tokens = [], []
     for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
@@ -473,7 +475,9 @@ def _state_text(s: StateSpeedup | None, target: float) -> str:
     return f"{s.speedup:.2f} ±{(s.hi - s.lo) / 2:.2f} n={s.pairs}{mark}"
 
 
-def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None:
+def print_state_tables(
+    df: pd.DataFrame, console: Console | None = None, states: StateView | None = None
+) -> None:
     """Speedups split by the memory bus's state (:mod:`kernelbench.results.states`): how the
     run's bus readings split, then per device class, layer and token count each row's
     speedup in the slow and the fast state (median ± half its 95% interval, pairs), and each
@@ -482,7 +486,7 @@ def print_state_tables(df: pd.DataFrame, console: Console | None = None) -> None
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)
-    states = state_view(df)
+    states = state_view(df) if states is None else states
     split = states.split
     console.print(escape(state_split_text(states)), soft_wrap=True)
     if split is None:

@@ -70,6 +70,11 @@ class BusSplit:
         return self.slow_share if self.slow_is_near else 1 - self.slow_share
 
     @property
+    def near_far_states(self) -> tuple[str, str]:
+        """The state names of the near and the far group (link splits)."""
+        return ("slow", "fast") if self.slow_is_near else ("fast", "slow")
+
+    @property
     def near_far_gbps(self) -> tuple[float, float]:
         """The bus medians of the near and the far group (link splits)."""
         pair = (self.slow_gbps, self.fast_gbps)

@@ -318,7 +318,7 @@ def state_split_text(states: StateView) -> str:
             "readings): the pooled tables stand as they are."
         )
     if split.link_threshold_ns is not None:
-        near, far = ("slow", "fast") if split.slow_is_near else ("fast", "slow")
+        near, far = split.near_far_states
         return (
             f"Bus states: {states.readings} calls, each with the round trip of a cache line "
             f"between two threads read before it: under {split.link_threshold_ns:.0f} ns "
@@ -501,16 +501,18 @@ def placement_note(df: pd.DataFrame) -> str:
     )
 
 
-def placement_precision_line(df: pd.DataFrame, target: float) -> str:
+def placement_precision_line(
+    df: pd.DataFrame, target: float, states: StateView | None = None
+) -> str:
     """One line when the run's calls fall in two placements (link readings): the run's
     precision in each, every speedup from its pairs there alone (:func:`state_precision`);
-    empty otherwise."""
-    states = state_view(df)
+    empty otherwise. ``states``: ``df``'s :func:`state_view` where the caller has it."""
+    states = state_view(df) if states is None else states
     split = states.split
     if split is None or split.link_threshold_ns is None:
         return ""
     precision = state_precision(states.by_row.values(), target)
-    near, far = ("slow", "fast") if split.slow_is_near else ("fast", "slow")
+    near, far = split.near_far_states
     parts = [
         f"{where}: {within} of {total} speedups within ±{target:.0%}, median half-width "
         f"{median:.1%}"
@@ -525,13 +527,14 @@ def placement_precision_line(df: pd.DataFrame, target: float) -> str:
     return f"Precision by placement, each speedup from its pairs there: {'; '.join(parts)}."
 
 
-def headline(df: pd.DataFrame) -> list[str]:
+def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     """The run in two lines: the fastest backend/method over the 16-bit baseline at the
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
     interval), then the run's precision (:func:`precision_line`); then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
     precision in each placement (:func:`placement_precision_line`); and one when the machine
-    was busy while it ran (:func:`busy_note`)."""
+    was busy while it ran (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where
+    the caller has it (the placement line's precision needs one)."""
     cell = headline_cell(df)
     if cell is None:
         return ["No row was measured."]
@@ -557,7 +560,7 @@ def headline(df: pd.DataFrame) -> list[str]:
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
     if placement := placement_note(df):
         lines.append(placement)
-        if by_placement := placement_precision_line(df, target):
+        if by_placement := placement_precision_line(df, target, states):
             lines.append(by_placement)
     load = df.attrs.get("load")
     return [*lines, busy_note(load)] if isinstance(load, dict) and load.get("busy") else lines
