@@ -307,3 +307,51 @@ def test_a_kept_cell_lets_other_layers_and_cells_go_when_its_timing_lacks_room(m
     assert all(r.status in ("ok", "skipped") for r in rows)
     assert cache.layer(cell_1024[0]) is None  # ... without the other layer...
     assert cache.get(cell_1024) is None and cache.get(cell_768) is not None  # ... or its cell
+
+
+def test_a_layer_kept_through_another_builds_its_cells_again_from_its_prepared_weights(
+    monkeypatch,
+):
+    """A layer measured again in a later round, after another layer: a cell of it that was not
+    kept is built from the weights its kept cells' runners hold, not quantized again, and
+    while parked the layer keeps only what those runners hold (not the fp32 copy)."""
+    case = load_case("gpt3")
+    opts = replace(
+        tiny_opts(("fp16", "fp32", "int8_raw", "llm_int8"), 2), sizes=(768, 1024), tokens=(8, 16)
+    )
+    items = plan(case, opts)
+    cache, estimator = PreparedCells(1 << 40), CallEstimator()
+    for item in items[:4]:  # round 0: both layers
+        list(measure_cell(item, case, opts, estimator, prepared=cache))
+    layer_768 = (768, "ffn1", "outliers")
+    parked = cache.layer(layer_768)
+    assert parked is not None and cache.layer((1024, "ffn1", "outliers")) is not None
+    fp32 = [
+        v
+        for _, _, v in parked.shared._entries.values()
+        if isinstance(v, tuple) and v[0] is not None and v[0].dtype == torch.float32
+    ]
+    assert not fp32  # the fp32 copy (no kept runner holds it) went when the layer was parked
+    del cache._cells[(layer_768, 16)]  # as if memory had been short for it
+    prepares = _count_prepares(monkeypatch)
+    from kernelbench.run import cell as harness
+
+    draws = _recorded_calls(monkeypatch, harness, "layer_inputs")
+    later = [i for i in items[4:] if i.size.d_model == 768]
+    rows = [r for i in later for r in measure_cell(i, case, opts, estimator, prepared=cache)]
+    assert prepares == [] and draws == []
+    measured = [r for r in rows if r.status != "skipped"]
+    assert measured and all(r.status == "ok" for r in measured)
+    assert cache.get((layer_768, 16)) is not None
+
+
+def test_the_cells_of_the_layer_being_measured_are_not_let_go_to_make_room():
+    """Letting a cell of the layer being measured go frees only its activations (its runners
+    share the layer's prepared weights): room is made from the other layers' cells."""
+    cache = PreparedCells(100)
+    for key, layer in (("a", "L1"), ("b", "L2"), ("c", "L1")):
+        kept = cell(10)
+        kept.layer_key = layer
+        cache.offer(key, kept)
+    cache.make_room(20, keep="c", keep_layer="L1", available=lambda: 0, release=lambda: None)
+    assert cache.get("a") is not None and cache.get("b") is None

@@ -91,6 +91,11 @@ class SharedWeights:
         self._entries[full] = (tensors, versions, value)
         return value
 
+    def keep_only(self, used: Callable[[Any], bool]) -> None:
+        """Let go of every entry whose value ``used`` says nothing needs any more."""
+        for full in [k for k, (_, _, value) in self._entries.items() if not used(value)]:
+            del self._entries[full]
+
 
 _ACTIVE_SHARED: ContextVar[SharedWeights | None] = ContextVar("kernelbench_shared", default=None)
 

@@ -205,14 +205,13 @@ def _measure_plan(
     weight_bytes = k * n * dtype.itemsize
     reserve = RESERVE_PER_WEIGHT_BYTE * weight_bytes + RESERVE_BYTES
     if prepared is not None:
-        # another layer's inputs and prepared weights are not needed here, and a kept cell's
-        # timing needs room too (outputs and the methods' temporaries, gigabytes at 175B):
-        # what other kept cells hold must never leave it short
+        # another layer keeps only what its kept cells hold, and a kept cell's timing needs
+        # room too (outputs and the methods' temporaries, gigabytes at 175B): what other
+        # layers' kept cells hold must never leave it short
         prepared.release_layer(unless=layer_key)
         whole = kept is not None and all(p in kept.runners for p in todo)
-        prepared.make_room(
-            reserve if whole else WORKING_SET_PER_WEIGHT_BYTE * weight_bytes, keep=cell_key
-        )
+        needed = reserve if whole else WORKING_SET_PER_WEIGHT_BYTE * weight_bytes
+        prepared.make_room(needed, keep=cell_key, keep_layer=layer_key)
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
     engine = MeasurementEngine(
         device, opts.timer, opts.stage_timer, cache=opts.cache, link_probe=link_probe(device)
@@ -230,7 +229,7 @@ def _measure_plan(
         inputs = make_inputs(
             case, item.size, item.layer, m, item.dist, dtype, device, activations, layer().inputs
         )
-        kept = PreparedCell(inputs, layer().kept_rows)
+        kept = PreparedCell(inputs, layer().kept_rows, layer_key=layer_key)
     inputs, kept_rows = kept.inputs, kept.kept_rows
     check = _AccuracyCheck(inputs, opts, device) if item.round == 0 else None
     cell = _Cell(baseline_error=None)
