@@ -337,9 +337,14 @@ def test_a_layer_kept_through_another_builds_its_cells_again_from_its_prepared_w
     from kernelbench.run import cell as harness
 
     draws = _recorded_calls(monkeypatch, harness, "layer_inputs")
+    room = _recorded_calls(monkeypatch, PreparedCells, "make_room")
     later = [i for i in items[4:] if i.size.d_model == 768]
     rows = [r for i in later for r in measure_cell(i, case, opts, estimator, prepared=cache)]
     assert prepares == [] and draws == []
+    # nor room for building them from scratch: only for the timing, as a kept cell's
+    weight_bytes = 768 * 3072 * 2
+    timing = harness.RESERVE_PER_WEIGHT_BYTE * weight_bytes + harness.RESERVE_BYTES
+    assert room and {c[1] for c in room} == {timing}
     measured = [r for r in rows if r.status != "skipped"]
     assert measured and all(r.status == "ok" for r in measured)
     assert cache.get((layer_768, 16)) is not None

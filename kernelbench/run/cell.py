@@ -210,7 +210,17 @@ def _measure_plan(
         # layers' kept cells hold must never leave it short
         prepared.release_layer(unless=layer_key)
         whole = kept is not None and all(p in kept.runners for p in todo)
-        needed = reserve if whole else WORKING_SET_PER_WEIGHT_BYTE * weight_bytes
+        # a later round (no oracle, no fp32 copy) that builds on a held layer's prepared
+        # weights needs only its timing's room too; making room for the whole working set
+        # gave the heap back to the system before every such cell, to be faulted in again
+        held = prepared.layer(layer_key)
+        on_held = (
+            item.round > 0
+            and held is not None
+            and len(held.shared) > 0
+            and (kept is None or kept.inputs.weight is held.inputs.weight)
+        )
+        needed = reserve if whole or on_held else WORKING_SET_PER_WEIGHT_BYTE * weight_bytes
         prepared.make_room(needed, keep=cell_key, keep_layer=layer_key)
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
     engine = MeasurementEngine(
