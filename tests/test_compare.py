@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kernelbench.results.baseline import BaselineError, find_baseline, sanitize, update_baseline
@@ -813,3 +814,58 @@ def test_runs_that_met_the_threads_on_different_placements_say_so(tmp_path: Path
     assert not any("core complexes" in n for n in compare_runs(two, also_two).notes)
     bare = write_run(tmp_path / "bare", standard_rows())
     assert not any("core complexes" in n for n in compare_runs(two, bare).notes)
+
+
+def _placed_row(near: int, far: int, near_speedup: float, far_speedup: float) -> ResultRow:
+    """custom/llm_int8 with ``near`` pairs on one core complex (link 50 ns) at
+    ``near_speedup`` and ``far`` on two (330 ns) at ``far_speedup``, one round."""
+    base_ms = [10.0 + 0.01 * (i % 7) for i in range(near + far)]
+    speedups = [near_speedup] * near + [far_speedup] * far
+    raw = [
+        b / s * (1 + 0.002 * (i % 5))
+        for i, (b, s) in enumerate(zip(base_ms, speedups, strict=True))
+    ]
+    ratios = sorted(b / r for b, r in zip(base_ms, raw, strict=True))
+    median = ratios[len(ratios) // 2]
+    return row(
+        "llm_int8",
+        median_ms=sorted(raw)[len(raw) // 2],
+        speedup=median,
+        speedup_lo=median * 0.99,
+        speedup_hi=median * 1.01,
+        paired=True,
+        raw_ms=raw,
+        baseline_raw_ms=base_ms,
+        bus_gbps=[45.0] * near + [80.0] * far,
+        link_ns=[50.0] * near + [330.0] * far,
+        round_samples=[near + far],
+        samples=near + far,
+    )
+
+
+def test_a_speedup_that_moved_only_with_the_placements_mix_is_the_same(tmp_path: Path):
+    """Two runs met the host's placements of the threads in different shares: a row at 2x on
+    one core complex and 3x on two reads 2x pooled in one run and 3x in the other. In each
+    placement both runs met it is the same: ``same``; slower in one of them: ``slower``."""
+    base = write_run(tmp_path / "base", [row("fp16", backend="torch"), _placed_row(15, 6, 2, 3)])
+    mixed = write_run(tmp_path / "mixed", [row("fp16", backend="torch"), _placed_row(6, 15, 2, 3)])
+    cmp = compare_runs(base, mixed)
+    llm = by_method(cmp)["llm_int8"]
+    assert llm.verdict == "same" and cmp.exit_code == 0
+    assert "faster pooled" in llm.detail
+    assert "on one core complex 1.99x -> 1.99x (same)" in llm.detail
+    assert "on two 2.99x -> 2.99x (same)" in llm.detail
+    # slower on one complex, the same on two: a regression, whatever the pooled figure says
+    worse = write_run(
+        tmp_path / "worse", [row("fp16", backend="torch"), _placed_row(6, 15, 1.5, 3)]
+    )
+    llm = by_method(compare_runs(base, worse))["llm_int8"]
+    assert llm.verdict == "slower" and "on one core complex 1.99x -> 1.5x (slower)" in llm.detail
+    # the HTML A/B report gives the same verdicts (no pooled band where the placements decided)
+    from kernelbench.report import data, tables
+    from kernelbench.results.schema import KEY_COLUMNS
+
+    a, b = (data.load_run(p) for p in (base, mixed))
+    pairs = tables.paired(a.ok, b.ok, list(KEY_COLUMNS)).set_index("method")
+    assert pairs.loc["llm_int8", "verdict"] == "same"
+    assert pd.isna(pairs.loc["llm_int8", "speedup_ratio_lo"])

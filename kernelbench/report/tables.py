@@ -16,7 +16,7 @@ from kernelbench.core import TABLE1_PERPLEXITY
 from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
-from kernelbench.results.verdict import speed_verdict
+from kernelbench.results.verdict import joint_split, placement_verdict, speed_verdict
 from kernelbench.results.view import StateView, state_shares_text
 from kernelbench.statistics import rel_halfwidth
 
@@ -456,33 +456,48 @@ _PAIR_FIELDS = [
     "samples",
     "rounds",
     "status",
+    # each call's readings: the verdict judges a row again in each placement of the threads
+    "raw_ms",
+    "baseline_raw_ms",
+    "bus_gbps",
+    "link_ns",
+    "round_samples",
 ]
 
 
 def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Rows measured in both runs, with the time ratio B/A (below 1: B is faster), the ratio
     of their speedups over 16-bit B/A (``speedup_ratio``) and the verdict of
-    :func:`kernelbench.results.verdict.speed_verdict` (the one ``compare`` gives) on it.
+    :func:`kernelbench.results.verdict.speed_verdict` on it, judged again in each placement of
+    the threads (:func:`~kernelbench.results.verdict.placement_verdict`): the one ``compare``
+    gives.
 
     ``speedup_ratio_lo`` / ``_hi``: the verdict's noise band around the speedup ratio,
     ``r / (1 + noise)`` to ``r * (1 + noise)``; at zero tolerance the verdict is faster or
     slower exactly when the band leaves out 1. NaN where the verdict did not compare
-    speedups or a spread behind its noise was not measured."""
+    speedups, a spread behind its noise was not measured, or the placements decided it."""
     cols = [*keys, *(c for c in _PAIR_FIELDS if c in a_ok.columns and c in b_ok.columns)]
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
     merged["ratio"] = merged["median_ms_b"] / merged["median_ms_a"]
-    calls = [
-        speed_verdict(_side(rec, "_a"), _side(rec, "_b"), 0.0) for rec in merged.to_dict("records")
-    ]
+    split = joint_split(a_ok.to_dict("records"), b_ok.to_dict("records"))
+    calls, by_placement = [], []
+    for rec in merged.to_dict("records"):
+        a, b = _side(rec, "_a"), _side(rec, "_b")
+        pooled = speed_verdict(a, b, 0.0)
+        calls.append(placement_verdict(pooled, a, b, split, 0.0))
+        by_placement.append(calls[-1].verdict != pooled.verdict)
     merged["verdict"] = [c.verdict for c in calls]
     # what the verdict judges: each run's speedup over its own 16-bit baseline, B / A
     nan = float("nan")
     ratios = [c.new_value / c.base_value if c.metric == "speedup" else nan for c in calls]
     merged["speedup_ratio"] = ratios
+    # no band where the placements decided: the pooled noise is not what was judged
     noises = [
-        c.noise if c.metric == "speedup" and c.noise is not None and not c.unmeasured else nan
-        for c in calls
+        c.noise
+        if c.metric == "speedup" and c.noise is not None and not c.unmeasured and not placed
+        else nan
+        for c, placed in zip(calls, by_placement, strict=True)
     ]
     merged["speedup_ratio_lo"] = [r / (1 + n) for r, n in zip(ratios, noises, strict=True)]
     merged["speedup_ratio_hi"] = [r * (1 + n) for r, n in zip(ratios, noises, strict=True)]

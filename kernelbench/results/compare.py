@@ -14,7 +14,11 @@ Noise band. The speed verdict is :func:`kernelbench.results.verdict.speed_verdic
 function the HTML A/B report uses: a row is ``slower`` only beyond both ``speed_tol`` and the two
 runs' noise (each speedup's 95% interval where it has one), and ``unknown`` when the noise was not
 measured. Rows of one key (a run's rounds) are pooled first
-(:func:`kernelbench.results.merge.pool_rows`).
+(:func:`kernelbench.results.merge.pool_rows`). Where both runs record the threads' link (cold
+CPU runs on a host that moves them between one core complex and two), a row called slower or
+faster pooled is judged again in each placement both runs met it in
+(:func:`kernelbench.results.verdict.placement_verdict`): a pooled speedup mixes the placements
+in the shares the row met them, and those shares move between runs.
 
 Error. ``rel_error`` is deterministic for fixed seeds on one processor, so any growth beyond
 ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``. Between two
@@ -66,8 +70,8 @@ from kernelbench.results.schema import (
     read_run_rows,
     results_path,
 )
-from kernelbench.results.states import bus_split, call_readings, far_share
-from kernelbench.results.verdict import speed_verdict
+from kernelbench.results.states import BusSplit, bus_split, call_readings, far_share
+from kernelbench.results.verdict import joint_split, placement_verdict, speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
 #: deterministic, so for fixed seeds and one device class ``rel_error`` repeats bit for bit; the
@@ -244,10 +248,18 @@ def _baseline_row(run: LoadedRun, row: dict) -> dict | None:
 
 
 def _speed(
-    rc: RowComparison, b: dict, n: dict, base: LoadedRun, new: LoadedRun, tol: float
+    rc: RowComparison,
+    b: dict,
+    n: dict,
+    base: LoadedRun,
+    new: LoadedRun,
+    tol: float,
+    split: BusSplit | None = None,
 ) -> None:
-    """Fill the speed fields of ``rc`` from :func:`kernelbench.results.verdict.speed_verdict`."""
+    """Fill the speed fields of ``rc`` from :func:`kernelbench.results.verdict.speed_verdict`
+    (judged again in each placement of the threads, with ``split``: ``placement_verdict``)."""
     call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n))
+    call = placement_verdict(call, b, n, split, tol)
     rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
     rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change
     rc.noise, rc.band = call.noise, call.band
@@ -278,6 +290,7 @@ def _compare_row(
     speed_tol: float,
     error_tol: float,
     rounding: float = 0.0,
+    split: BusSplit | None = None,
 ):
     b, n = base.rows.get(key), new.rows.get(key)
     rc = RowComparison(key=key, label=_label(n or b), verdict="unknown")
@@ -295,7 +308,7 @@ def _compare_row(
             rc.verdict = "failed" if n["status"] == "failed" or not over_budget else "unknown"
         rc.detail = f"base {b['status']}, new {n['status']}: {n.get('reason') or b.get('reason')}"
         return rc
-    _speed(rc, b, n, base, new, speed_tol)
+    _speed(rc, b, n, base, new, speed_tol, split)
     _error(rc, b, n, error_tol, rounding)
     return rc
 
@@ -361,7 +374,8 @@ def compare_loaded_runs(
         keys = [k for k in keys if k[col] in backends]
         cmp.notes.append(f"verdicts for backend(s) {', '.join(backends)} only")
     rounding = CROSS_PROCESSOR_ERROR_TOL if _identity_differences(b_run.env, n_run.env) else 0.0
-    cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol, rounding) for k in keys]
+    split = joint_split(b_run.rows.values(), n_run.rows.values())
+    cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol, rounding, split) for k in keys]
     cmp.not_comparable = machines_differ(b_run.env, n_run.env)
     if placement := placements_differ(b_run, n_run):
         cmp.notes.append(placement)

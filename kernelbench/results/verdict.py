@@ -18,6 +18,16 @@ quadrature to first order). A run's noise on a row is, in order of preference:
 3. its own ``rel_spread``, with that of its cell's 16-bit baseline row when compared through an
    unpaired speedup.
 
+Placements. On a VM whose host moves the threads between one core complex and two
+(:mod:`kernelbench.results.states`), a pooled speedup mixes the two placements in the shares
+that row's calls met them, and two runs' shares differ: a row at 2.1x on one complex and 2.3x on
+two reads anything between, pooled. Where both runs record the threads' link, a row called
+slower or faster pooled is judged again in each placement both runs measured it in with an
+interval (:func:`placement_verdict`), and those verdicts decide where they agree (the same in
+every placement: ``same``; slower in one and the same in the other: ``slower``), the pooled
+call kept in its detail. On the Zen 5 VM two consecutive D.1 runs that met one complex for 53%
+and 68% of their calls differed by 10-36% on 15 rows pooled, and on none in either placement.
+
 Spreads (2, 3) from a row pooled from R rounds enter as ``spread / sqrt(R)``: rounds are
 independent draws of the machine's state. A spread from fewer than :data:`MIN_SPREAD_SAMPLES`
 samples is not a measurement: a change beyond the tolerance with such a spread is ``unknown``.
@@ -26,8 +36,10 @@ samples is not a measurement: a change beyond the tolerance with such a spread i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
+from kernelbench.results.states import BusSplit, bus_split, call_readings, state_speedups
 from kernelbench.statistics import rel_halfwidth
 
 #: Fewer timed samples than this give no usable spread (1 sample: IQR 0; 2: half their gap).
@@ -123,3 +135,80 @@ def speed_verdict(
         )
         verdict = "unknown"
     return SpeedCall(verdict, metric, bv, nv, change, noise, band, "; ".join(notes), unmeasured)
+
+
+def joint_split(base_rows: Iterable[dict], new_rows: Iterable[dict]) -> BusSplit | None:
+    """The split of two runs' calls into the host's placements of the threads, from the link
+    readings of both runs' rows (``None``: either run has none, or they show one placement)."""
+    b_bus, b_links = call_readings(
+        ((r.get("bus_gbps"), r.get("link_ns")) for r in base_rows), links_only=True
+    )
+    n_bus, n_links = call_readings(
+        ((r.get("bus_gbps"), r.get("link_ns")) for r in new_rows), links_only=True
+    )
+    if not b_links or not n_links:
+        return None
+    split = bus_split(b_bus + n_bus, b_links + n_links)
+    return split if split is not None and split.link_threshold_ns is not None else None
+
+
+def _by_state(row: dict, split: BusSplit) -> dict[str, dict]:
+    """The row's speedup in each placement it has an interval in, as a row to judge."""
+    raw = row.get("raw_ms")
+    if not row.get("paired") or not isinstance(raw, list | tuple) or not raw:
+        return {}
+    links = row.get("link_ns")
+    states = state_speedups(
+        raw,
+        row.get("baseline_raw_ms") or [],
+        row.get("bus_gbps") or [],
+        split,
+        links if isinstance(links, list | tuple) else None,
+        row.get("round_samples"),
+    )
+    return {
+        state: {
+            "status": "ok",
+            "paired": True,
+            "speedup": s.speedup,
+            "speedup_lo": s.lo,
+            "speedup_hi": s.hi,
+        }
+        for state, s in states.items()
+        if s.lo is not None and s.hi is not None
+    }
+
+
+def placement_verdict(
+    call: SpeedCall, base: dict, new: dict, split: BusSplit | None, tol: float
+) -> SpeedCall:
+    """``call`` (the pooled verdict of ``base`` against ``new``), judged again in each
+    placement of the threads both rows have an interval in when it is slower or faster: the
+    same in every one of them, ``same``; slower in some and faster in none, ``slower`` (and the
+    other way round, ``faster``); slower in one and faster in another, the pooled verdict. The
+    detail keeps the pooled call and gives each placement's."""
+    if split is None or call.verdict not in ("slower", "faster"):
+        return call
+    near, far = split.near_far_states
+    names = {near: "on one core complex", far: "on two"}
+    b, n = _by_state(base, split), _by_state(new, split)
+    calls = {st: speed_verdict(b[st], n[st], tol) for st in (near, far) if st in b and st in n}
+    if not calls:
+        return call
+    told = "; ".join(
+        f"{names[st]} {c.base_value:.3g}x -> {c.new_value:.3g}x ({c.verdict})"
+        for st, c in calls.items()
+    )
+    verdicts = {c.verdict for c in calls.values()}
+    if verdicts == {"same"}:
+        verdict = "same"
+    elif "slower" in verdicts and "faster" not in verdicts and "unknown" not in verdicts:
+        verdict = "slower"
+    elif "faster" in verdicts and "slower" not in verdicts and "unknown" not in verdicts:
+        verdict = "faster"
+    else:
+        verdict = call.verdict
+    detail = f"{call.verdict} pooled ({call.change:+.1%}); in each placement both runs met: {told}"
+    return replace(
+        call, verdict=verdict, detail=f"{call.detail}; {detail}" if call.detail else detail
+    )
