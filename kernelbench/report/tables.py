@@ -480,7 +480,11 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
     merged["ratio"] = merged["median_ms_b"] / merged["median_ms_a"]
-    split = joint_split(a_ok.to_dict("records"), b_ok.to_dict("records"))
+    readings = ["bus_gbps", "link_ns"]
+    split = joint_split(
+        a_ok.reindex(columns=readings).to_dict("records"),
+        b_ok.reindex(columns=readings).to_dict("records"),
+    )
     calls, by_placement = [], []
     for rec in merged.to_dict("records"):
         a, b = _side(rec, "_a"), _side(rec, "_b")

@@ -70,7 +70,7 @@ from kernelbench.results.schema import (
     read_run_rows,
     results_path,
 )
-from kernelbench.results.states import BusSplit, bus_split, call_readings, far_share
+from kernelbench.results.states import BusSplit, call_readings, far_share
 from kernelbench.results.verdict import joint_split, placement_verdict, speed_verdict
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
@@ -377,7 +377,7 @@ def compare_loaded_runs(
     split = joint_split(b_run.rows.values(), n_run.rows.values())
     cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol, rounding, split) for k in keys]
     cmp.not_comparable = machines_differ(b_run.env, n_run.env)
-    if placement := placements_differ(b_run, n_run):
+    if placement := placements_differ(b_run, n_run, split):
         cmp.notes.append(placement)
     if cmp.not_comparable:
         for r in cmp.rows:
@@ -460,18 +460,15 @@ def _link_readings(run: LoadedRun) -> tuple[list[float], list[float | None]]:
     return call_readings(rows, links_only=True)
 
 
-def placements_differ(b_run: LoadedRun, n_run: LoadedRun) -> str:
+def placements_differ(b_run: LoadedRun, n_run: LoadedRun, split: BusSplit | None) -> str:
     """A note when the two runs' cold CPU calls met the host's placements of the threads (one
     core complex, or two: :mod:`kernelbench.results.states`) in shares apart by more than
     :data:`PLACEMENT_SHARE_DIFFERENCE`: the speed of a row that depends on memory then moves
-    with the host, not only with the code. The placements are the joint split of both runs'
-    link readings; empty when either run has none, or they show one placement."""
-    (b_bus, b_links), (n_bus, n_links) = _link_readings(b_run), _link_readings(n_run)
-    if not b_links or not n_links:
-        return ""
-    split = bus_split(b_bus + n_bus, b_links + n_links)
+    with the host, not only with the code. ``split``: the joint split of both runs' link
+    readings (:func:`~kernelbench.results.verdict.joint_split`); empty when there is none."""
     if split is None:
         return ""
+    b_links, n_links = _link_readings(b_run)[1], _link_readings(n_run)[1]
     base, new = far_share(b_links, split), far_share(n_links, split)
     if base is None or new is None or abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
         return ""
