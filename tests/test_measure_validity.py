@@ -7,6 +7,8 @@ import pytest
 
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import (
+    MAX_SCAN_BYTES,
+    CacheEvictor,
     CallTimer,
     cache_sizes,
     call_timer,
@@ -250,6 +252,42 @@ def test_a_cold_cpu_timer_reads_the_bus_with_its_eviction():
     cold = call_timer("cpu", cache="cold")
     assert cold.probe_bytes == cold.before_call.bytes
     assert call_timer("cpu", cache="hot").probe_bytes is None
+
+
+def test_a_last_level_cache_over_half_the_scan_cap_gets_a_short_scan_only_where_lines_flush():
+    huge = {"L1d": 48 * 1024, "L2": 2 * 2**20, "L3": 300 * 2**20}
+    assert evict_bytes(huge, flushable=True) == MAX_SCAN_BYTES
+    assert evict_bytes(huge, flushable=False) == 600 * 2**20  # nothing flushes: scan it all
+    small = {"L3": 16 * 2**20}
+    assert evict_bytes(small, flushable=True) == evict_bytes(small, flushable=False) == 32 * 2**20
+
+
+def test_a_short_scan_is_flushed_after_its_read_outside_the_bus_reading_and_before_the_call():
+    """The short scan's buffer is flushed after each read so that the next read comes from
+    memory; the flush is not part of the read the bus bandwidth is computed from."""
+    m = BusMachine([2.0, 2.0])
+    flushed: list[tuple[int, int]] = []
+
+    def flush(address: int, nbytes: int) -> None:
+        flushed.append((address, nbytes))
+
+    evictor = CacheEvictor(1 << 20, flush=flush)
+    assert flushed == [(evictor.buffer.data_ptr(), 1 << 20)]  # out of cache from the start
+
+    def settle() -> None:
+        m.log.append("settle")
+        m.now += 0.050  # a slow flush: must not lower the bus reading
+        evictor.settle()
+
+    timer = CallTimer(
+        m.clock, before_call=m.evict, usage=m.usage, probe_bytes=64 * 10**6, after_probe=settle
+    )
+    ms = timer(m.call("a", 1.0))
+    assert m.log == ["evict", "settle", "a"]
+    assert ms == pytest.approx(1.0)
+    assert timer.last_bus_gbps == pytest.approx(32.0)  # 64 MB in 2 ms, the flush left out
+    assert len(flushed) == 2
+    assert CallTimer(m.clock, after_probe=settle).after_probe is None  # hot: nothing to settle
 
 
 def test_an_eviction_that_took_no_measurable_time_leaves_no_stale_reading():

@@ -274,7 +274,8 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
 
 def _cache_env(mode: str, device: str) -> dict:
     """env.json's ``cache``: the mode, and on the CPU the cache sizes that bound hot rows and
-    the bytes evicted before each timed call of a cold one."""
+    the bytes its scan reads before each timed call of a cold one (``scan_flushed``: a scan
+    shorter than twice the last-level cache, its buffer flushed after each read)."""
     entry: dict = {"mode": mode}
     if device != "cuda":
         from kernelbench.measure.timing import cache_sizes, evict_bytes
@@ -282,6 +283,8 @@ def _cache_env(mode: str, device: str) -> dict:
         entry["levels"] = cache_sizes()
         if mode == "cold":
             entry["evict_bytes"] = evict_bytes(entry["levels"])
+            full = evict_bytes(entry["levels"], flushable=False)
+            entry["scan_flushed"] = entry["evict_bytes"] < full
     return entry
 
 

@@ -9,9 +9,10 @@
 * Cold caches (``--cache cold``, the default): before every timed call, outside the timed
   region, the caches are evicted, so the call reads its weights and activations from memory as
   a model's layer does once per token. On the CPU a buffer of twice the last-level cache (read
-  from sysfs) is read by every thread (:class:`CacheEvictor`), then the cache lines of the
-  call's own tensors are flushed (the ``evict_own`` the caller passes): a scan does not evict
-  what a scan-resistant last-level cache protects (:mod:`kernelbench.backends.residency`). On
+  from sysfs; at most :data:`MAX_SCAN_BYTES`, flushed after each read) is read by every thread
+  (:class:`CacheEvictor`), then the cache lines of the call's own tensors are flushed (the
+  ``evict_own`` the caller passes): a scan does not evict what a scan-resistant last-level
+  cache protects (:mod:`kernelbench.backends.residency`). On
   CUDA the L2 is flushed by writing a buffer twice its size. ``--cache hot`` leaves the caches
   as the previous calls left them (a small weight then stays cache-resident between calls).
 * What each timed call saw (:class:`CallUsage`): its page faults and context switches, from
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from kernelbench.kernels import cpu_ext
 from kernelbench.settings import SETTINGS, default
 
 Clock = Callable[[], float]  # seconds, monotonic
@@ -87,7 +89,10 @@ class CallTimer:
     ``link_probe``: a reading of where the threads run, taken after the eviction and kept as
     ``last_link_ns`` (the round trip of a cache line between two threads: on the 2-vCPU Zen 5
     VM about 50-70 ns while the host keeps both vCPUs on one core complex, whose one link to
-    memory reads 40-65 GB/s, and about 300 ns while it spreads them over two, 70-110 GB/s)."""
+    memory reads 40-65 GB/s, and about 300 ns while it spreads them over two, 70-110 GB/s).
+
+    ``after_probe``: runs after the read, outside its clock, before the call (a short scan's
+    buffer flushed again: :meth:`CacheEvictor.settle`)."""
 
     @property
     def last_reading(self) -> tuple[float | None, float | None]:
@@ -101,9 +106,11 @@ class CallTimer:
         usage: Usage = process_usage,
         probe_bytes: int | None = None,
         link_probe: Callable[[], float | None] | None = None,
+        after_probe: Callable[[], None] | None = None,
     ) -> None:
         self.clock = clock
         self.before_call = before_call
+        self.after_probe = after_probe if before_call is not None else None
         self.usage = usage
         self.probe_bytes = probe_bytes if before_call is not None else None
         self.link_probe = link_probe if before_call is not None else None
@@ -130,6 +137,8 @@ class CallTimer:
         self.before_call()
         self.sync()
         t1 = self.clock()
+        if self.after_probe is not None:
+            self.after_probe()
         self.last_link_ns = self.link_probe() if self.link_probe is not None else None
         if evict_own is not None:
             evict_own()
@@ -187,30 +196,62 @@ def cache_sizes(root: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> dict
 #: The eviction buffer when sysfs names no cache (twice a 32 MB last-level cache).
 DEFAULT_EVICT_BYTES = 64 * 2**20
 
+#: The most the eviction scan reads where cache lines can be flushed. A larger last-level cache
+#: is not scanned twice over: on a 2-vCPU Xeon VM that reports a 300 MB L3, a 600 MB scan took
+#: 23-29 ms before every timed call (a 0.1 ms decode call among them), most of a sweep's time.
+#: What makes a call cold is the flush of its own tensors after the scan; the scan empties the
+#: private caches and reads the bus. Its buffer is flushed after each read, so the next read
+#: comes from memory again and stays a reading of the bus. Measured there
+#: (``tests/bench/cold_modes.py --d 768,2048,5140 --m 1,256``, time over rotating through 640 MB
+#: of weight copies as a model does), custom ``llm_int8``, bf16 and torch ``llm_int8``: at one
+#: token and d >= 2048 1.00-1.16 with this scan, 1.02-1.24 with the 600 MB one; at d = 768
+#: 1.14-1.24 and 1.20-1.42; at 256 tokens 0.97-1.11 and 1.00-1.16. The long scan also evicts
+#: what a model keeps in cache between layers (activations, temporaries, the interpreter).
+MAX_SCAN_BYTES = 64 * 2**20
 
-def evict_bytes(sizes: dict[str, int] | None = None) -> int:
-    """Bytes to read to evict every cache level: twice the largest (the last level)."""
+
+def evict_bytes(sizes: dict[str, int] | None = None, flushable: bool | None = None) -> int:
+    """Bytes the eviction scan reads: twice the largest cache (the last level), at most
+    :data:`MAX_SCAN_BYTES` when cache lines can be flushed (``flushable``; by default, whether
+    the CPU extension is built)."""
     sizes = cache_sizes() if sizes is None else sizes
-    return 2 * max(sizes.values()) if sizes else DEFAULT_EVICT_BYTES
+    full = 2 * max(sizes.values()) if sizes else DEFAULT_EVICT_BYTES
+    if flushable is None:
+        flushable = cpu_ext.available()
+    return min(full, MAX_SCAN_BYTES) if flushable else full
 
 
 class CacheEvictor:
-    """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache)
-    on all of torch's threads: afterwards the private caches hold none of the next call's data,
-    and an LRU last-level cache none either; a scan-resistant one (AMD Zen 5) keeps data that
-    every call re-reads, so the timer also flushes each call's own tensors after the scan.
-    Reading (not writing) leaves no dirty lines for the timed call to write back. On a 2-core
-    VM with a 32 MB L3, one eviction takes a few milliseconds, outside the timed region. A
-    sequential read of twice the last-level cache misses it throughout, so the eviction's time
-    is also a reading of the memory bus's bandwidth (:class:`CallTimer`'s ``probe_bytes``)."""
+    """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache,
+    at most :data:`MAX_SCAN_BYTES`) on all of torch's threads: afterwards the private caches
+    hold none of the next call's data, and an LRU last-level cache none either when the buffer
+    is twice its size; a scan-resistant one (AMD Zen 5) keeps data that every call re-reads, so
+    the timer also flushes each call's own tensors after the scan. Reading (not writing) leaves
+    no dirty lines for the timed call to write back. On a 2-core VM with a 32 MB L3, one
+    eviction takes a few milliseconds, outside the timed region. A sequential read of twice the
+    last-level cache misses it throughout, so the eviction's time is also a reading of the
+    memory bus's bandwidth (:class:`CallTimer`'s ``probe_bytes``).
 
-    def __init__(self, nbytes: int | None = None) -> None:
+    ``flush`` (``flush(address, nbytes)``): given when the buffer is smaller than twice the
+    last-level cache, which would keep it; :meth:`settle` then flushes it after each read
+    (outside the read's clock), so the next read comes from memory."""
+
+    def __init__(
+        self, nbytes: int | None = None, flush: Callable[[int, int], None] | None = None
+    ) -> None:
         self.bytes = int(nbytes or evict_bytes())
         # float32 so that the reduction runs vectorised on every thread
         self.buffer = torch.ones(self.bytes // 4, dtype=torch.float32)
+        self.flush = flush
+        self.settle()
 
     def __call__(self) -> None:
         self.sink = float(self.buffer.sum())
+
+    def settle(self) -> None:
+        """Flush the buffer out of every cache level (when the evictor has a ``flush``)."""
+        if self.flush is not None:
+            self.flush(self.buffer.data_ptr(), self.buffer.numel() * 4)
 
 
 class L2Flusher:
@@ -283,7 +324,13 @@ def call_timer(
     if not cold:
         return CallTimer(clock)
     evictor = shared_evictor()
-    return CallTimer(clock, before_call=evictor, probe_bytes=evictor.bytes, link_probe=link_probe)
+    return CallTimer(
+        clock,
+        before_call=evictor,
+        probe_bytes=evictor.bytes,
+        link_probe=link_probe,
+        after_probe=evictor.settle if evictor.flush is not None else None,
+    )
 
 
 _EVICTORS: dict[int, CacheEvictor] = {}
@@ -294,7 +341,8 @@ def shared_evictor(nbytes: int | None = None) -> CacheEvictor:
     buffer instead of allocating its own."""
     size = int(nbytes or evict_bytes())
     if size not in _EVICTORS:
-        _EVICTORS[size] = CacheEvictor(size)
+        short = size < evict_bytes(flushable=False) and cpu_ext.available()
+        _EVICTORS[size] = CacheEvictor(size, cpu_ext.flush_cache_lines if short else None)
     return _EVICTORS[size]
 
 

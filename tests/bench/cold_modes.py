@@ -1,7 +1,8 @@
 """How cold is the harness's cold cache? One layer call under four cache settings, paired.
 
 Per shape (m tokens, ffn1 of width d: k = d, n = 4d) in one process, a backend's runner is
-built on enough weight copies (different weights, >= 256 MiB in all) to rotate over, and each
+built on enough weight copies (different weights, >= 256 MiB and twice the last-level cache in
+all) to rotate over, and each
 rep times, in a rotating order:
 
 * ``hot``: the same runner again, nothing evicted;
@@ -9,6 +10,8 @@ rep times, in a rotating order:
   (``timing.shared_evictor``), nothing else;
 * ``scan+flush``: the harness's ``--cache cold``: the scan, then the cache lines of the tensors
   the call reads flushed (``backends.residency``);
+* ``full+flush``: as ``scan+flush`` with a scan of twice the last-level cache, where the
+  harness's scan is shorter (``timing.MAX_SCAN_BYTES``): how much colder the long scan is;
 * ``rotate``: the next runner in the rotation, nothing evicted: a model's layers, each weight
   read once per token, the reference the others are divided by.
 
@@ -31,12 +34,13 @@ import torch
 from kernelbench.backends import get_backend
 from kernelbench.backends.residency import call_eviction
 from kernelbench.kernels import cpu_ext
-from kernelbench.measure.timing import shared_evictor
+from kernelbench.measure.timing import CacheEvictor, evict_bytes, shared_evictor
 from kernelbench.quant import QuantConfig
 from kernelbench.statistics import median_interval
 
-ROTATE_BYTES = 256 << 20
-SETTINGS = ("hot", "scan", "scan+flush", "rotate")
+FULL_SCAN_BYTES = evict_bytes(flushable=False)
+ROTATE_BYTES = max(256 << 20, FULL_SCAN_BYTES + (32 << 20))
+SETTINGS = ("hot", "scan", "scan+flush", "full+flush", "rotate")
 
 
 def measure(backend: str, method: str, d: int, m: int, reps: int) -> dict[str, tuple]:
@@ -59,21 +63,27 @@ def measure(backend: str, method: str, d: int, m: int, reps: int) -> dict[str, t
         for _ in range(copies - 1)
     ]
     scan = shared_evictor()
+    full = scan if scan.bytes >= FULL_SCAN_BYTES else CacheEvictor(FULL_SCAN_BYTES)
     flush = call_eviction(first.run)
     for r in runners:
         r.run()
     times: dict[str, list[float]] = {s: [] for s in SETTINGS}
     slot = 0
     for i in range(reps):
-        for setting in SETTINGS[i % 4 :] + SETTINGS[: i % 4]:
+        for setting in SETTINGS[i % len(SETTINGS) :] + SETTINGS[: i % len(SETTINGS)]:
             run = first.run
             if setting == "rotate":
                 slot = slot % (copies - 1) + 1
                 run = runners[slot].run
             elif setting in ("scan", "scan+flush"):
                 scan()
+                scan.settle()
                 if setting == "scan+flush":
                     flush()
+            elif setting == "full+flush":
+                full()
+                full.settle()
+                flush()
             t0 = time.perf_counter()
             run()
             times[setting].append(time.perf_counter() - t0)
@@ -102,8 +112,8 @@ def main() -> None:
         raise SystemExit("the CPU extension is not built: nothing flushes cache lines")
     print(
         f"{args.backend} {args.method}, threads={torch.get_num_threads()}, scan "
-        f"{shared_evictor().bytes >> 20} MiB; per setting: median us, and its time / rotate's: "
-        "median [95% CI]"
+        f"{shared_evictor().bytes >> 20} MiB (full {FULL_SCAN_BYTES >> 20} MiB); per setting: "
+        "median us, and its time / rotate's: median [95% CI]"
     )
     for d in (int(v) for v in args.d.split(",")):
         for m in (int(v) for v in args.m.split(",")):
