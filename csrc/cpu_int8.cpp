@@ -399,6 +399,34 @@ double thread_round_trip_ns(int rounds, int batches) {
   return best;
 }
 
+// How fast the cores run right now: each of the first two threads of an OpenMP team runs
+// `iters` steps of a dependent integer chain (a multiply-add and a shift-xor a step, in
+// registers: no memory), once, and the slower thread's time is returned, in ns. A core that
+// the host shares out (its other hardware thread busy, or the vCPU time-sliced finer than the
+// steal count shows) reads slower: on a 2-vCPU Xeon VM 50000 steps read about 15 or 25-35 us,
+// and bf16 GEMMs ran 2.4x and int8 ones 1.8x slower in the slow reading (an 8-chain FMA loop
+// taking its fastest of two batches did not see it). -1 with fewer than two threads.
+double core_probe_ns(int iters) {
+  if (iters < 1) throw std::invalid_argument("iters must be >= 1");
+  double slowest = -1.0;
+  int team = 0;
+#pragma omp parallel num_threads(2) reduction(max : slowest)
+  {
+    if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+    uint64_t x = 12345u + static_cast<uint64_t>(omp_get_thread_num()), y = 67890u;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      y ^= x >> 13;
+    }
+    slowest =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    volatile uint64_t keep = x ^ y;
+    (void)keep;
+  }
+  return team == 2 ? slowest : -1.0;
+}
+
 // The kernel sets, best first; the avx512vnni set is the AVX2 kernels with the VNNI GEMM.
 const KernelSet kScalar{"scalar", kb::scalar::detect_outliers, kb::scalar::quantize_rows,
                         kb::scalar::gemm_s8s8s32, kb::scalar::dequantize};
@@ -530,6 +558,10 @@ PYBIND11_MODULE(_cpu, m) {
     py::gil_scoped_release nogil;
     return thread_round_trip_ns(rounds, batches);
   }, "ns a cache line takes to go between two OpenMP threads and back (-1: one thread).");
+  m.def("core_probe_ns", [](int iters) {
+    py::gil_scoped_release nogil;
+    return core_probe_ns(iters);
+  }, "ns the slower of two OpenMP threads takes for `iters` integer steps (-1: one thread).");
   m.def("set_num_threads", [](int n) { omp_set_num_threads(n); });
   m.def("get_max_threads", [] { return omp_get_max_threads(); });
   m.def("packed_bytes", [](int64_t n, int64_t k) { return kb::PackedLayout(n, k).bytes(); });

@@ -695,6 +695,24 @@ def test_decode_prefetch_is_chosen_per_processor_and_checked(decode_prefetch_res
         assert cpu_ext.decode_prefetch() == name
 
 
+def test_the_core_probe_reads_the_slower_threads_time_in_nanoseconds():
+    """A fixed chain of integer steps on two threads: a positive time (on a 2-vCPU VM about
+    13 us, more when the host shares the cores out), or None where only one thread runs."""
+    ns = cpu_ext.core_probe_ns()
+    if torch.get_num_threads() < 2:
+        assert ns is None
+    else:
+        assert ns is not None and 0 < ns < math.inf
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert cpu_ext.core_probe_ns() is None
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="iters"):
+        cpu_ext._ext.core_probe_ns(0)
+
+
 def test_the_threads_link_reads_a_round_trip_in_nanoseconds():
     """Two OpenMP threads bounce a cache line: a positive time (the fastest batch; on a busy
     machine a descheduled thread makes it milliseconds), or None where only one thread runs."""

@@ -238,6 +238,31 @@ def test_each_sample_keeps_the_link_reading_taken_after_its_eviction():
     assert hot.last_link_ns is None and hot.link_probe is None
 
 
+def test_each_sample_keeps_the_core_reading_taken_after_its_link_reading():
+    """How fast the cores ran before each call: read after the eviction and the link probe,
+    aligned with the samples; a hot timer reads none."""
+    m = BusMachine([1.0] * 5)
+    cores = iter([13e3, 26e3, 13e3, 25e3, 14e3])
+
+    def link() -> float:
+        m.log.append("link")
+        return 100.0
+
+    def core() -> float:
+        m.log.append("core")
+        return next(cores)
+
+    cell = _two_pairs(m, link_probe=link, core_probe=core)
+    assert cell.rows["a"].core_ns == (26e3, 25e3)
+    assert cell.baseline.core_ns == (13e3, 13e3, 14e3)
+    timed = m.log[m.log.index("evict") :]
+    assert timed[:4] == ["evict", "link", "core", "base"]
+    hot = CallTimer(m.clock, core_probe=core)
+    hot(m.call("a", 1.0))
+    assert hot.last_core_ns is None and hot.core_probe is None
+    assert hot.last_reading == (None, None, None)
+
+
 def test_no_probe_no_bus_readings():
     m = Machine()
     e = _engine(m, evict=True, warmup_s=0.0, max_samples=2, target_rel_spread=-1.0, ci_target=-1.0)

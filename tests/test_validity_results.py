@@ -220,18 +220,22 @@ def test_a_wide_row_shows_the_bus_reading_of_each_round():
     first = _paired_round(0, [1.0, 1.0, 1.0], [3.0, 3.0, 3.0]) | {
         "bus_gbps": [79.0, 80.0, 81.0],
         "link_ns": [330.0, 320.0, 310.0],
+        "core_ns": [13_000.0, 13_500.0, 12_900.0],
     }
     second = _paired_round(1, [2.0, 2.0, 2.0, 2.0], [3.3] * 4) | {
         "bus_gbps": [40.0] * 4,
         "link_ns": [55.0] * 4,
+        "core_ns": [26_000.0] * 4,
     }
     (pooled,) = pool_rows([first, second])
     rounds = by_round(dataclasses.asdict(pooled))
     assert rounds.bus_gbps == pytest.approx([80.0, 40.0])
     assert rounds.link_ns == pytest.approx([320.0, 55.0])
+    assert rounds.core_ns == pytest.approx([13_000.0, 26_000.0])
     misaligned = dataclasses.asdict(pooled) | {"bus_gbps": [80.0]}
     assert by_round(misaligned).bus_gbps == [] and by_round(misaligned).speedups
     df = pd.DataFrame([dataclasses.asdict(pooled) | {"ci_wide": True, "layer": "ffn1"}])
     out = io.StringIO()
     console_mod._print_wide(df, Console(file=out, width=250), None)
     assert "80 40" in out.getvalue() and "320 55" in out.getvalue()
+    assert "13 26" in out.getvalue()  # the cores' probe by round, in us

@@ -66,8 +66,9 @@ from kernelbench.statistics import median_interval, rel_halfwidth, stats
 Call = Callable[[], object]
 #: Evicts one call's own memory from the caches (cold caches), outside the timed region.
 Eviction = Callable[[], None]
-#: What the timer read before a call: the bus's GB/s and the threads' link in ns (or None).
-Reading = tuple[float | None, float | None]
+#: What the timer read before a call: the bus's GB/s, the threads' link in ns and the cores'
+#: probe in ns (each or None).
+Reading = tuple[float | None, float | None, float | None]
 
 #: Samples of one stage timed alone. Uncapped, a decode cell's stages took up to 200 samples
 #: each (their spread rarely met its target at sub-millisecond calls): 7.3 s of a 24.5 s run of
@@ -216,6 +217,10 @@ class RowMeasurement:
     #: the round trip (ns) of a cache line between two of the threads, read just before each
     #: sample's call (aligned with ``row_ms``; empty without a link probe): where they ran
     link_ns: tuple[float, ...] = ()
+    #: how long a fixed chain of integer steps took on two of the threads just before each
+    #: sample's call, in ns (aligned with ``row_ms``; empty without a core probe): how fast
+    #: the cores ran
+    core_ns: tuple[float, ...] = ()
     #: the share of CPU time the hypervisor stole while the cell was cycled (``None``: unknown)
     steal_share: float | None = None
 
@@ -254,20 +259,23 @@ class _Sampling:
     usage: list[CallUsage] = field(default_factory=list)
     bus_gbps: list[float] = field(default_factory=list)
     link_ns: list[float] = field(default_factory=list)
+    core_ns: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def add(self, ms: float, usage: CallUsage, reading: Reading) -> None:
         self.row_ms.append(ms)
         self.usage.append(usage)
-        bus_gbps, link_ns = reading
+        bus_gbps, link_ns, core_ns = reading
         if bus_gbps is not None:
             self.bus_gbps.append(bus_gbps)
         if link_ns is not None:
             self.link_ns.append(link_ns)
+        if core_ns is not None:
+            self.core_ns.append(core_ns)
 
     def aligned(self, readings: list[float]) -> tuple[float, ...]:
-        """``readings`` (the bus's or the link's), when there is one for every sample (else
-        none)."""
+        """``readings`` (the bus's, the link's or the cores'), when there is one for every
+        sample (else none)."""
         return tuple(readings) if len(readings) == len(self.row_ms) else ()
 
     def samples(self) -> tuple[float, ...]:
@@ -322,6 +330,7 @@ class MeasurementEngine:
         reuse_memory: bool | None = None,
         cache: str | None = None,
         link_probe: Callable[[], float | None] | None = None,
+        core_probe: Callable[[], float | None] | None = None,
     ) -> None:
         """``reuse_memory``: time CPU calls under :func:`freed_memory_reused` (default: on the
         CPU). ``cache``: ``cold`` evicts the caches before every timed call, ``hot`` does not
@@ -331,7 +340,7 @@ class MeasurementEngine:
         self.clock = clock
         if cache is None:
             cache = "cold" if torch.device(device).type == "cuda" else "hot"
-        self.timer = timer or call_timer(device, clock, cache, link_probe)
+        self.timer = timer or call_timer(device, clock, cache, link_probe, core_probe)
         if reuse_memory is None:
             reuse_memory = torch.device(device).type == "cpu"
         self.reuse_memory = reuse_memory
@@ -482,6 +491,7 @@ class MeasurementEngine:
                 usage=tuple(s.usage),
                 bus_gbps=s.aligned(s.bus_gbps),
                 link_ns=s.aligned(s.link_ns),
+                core_ns=s.aligned(s.core_ns),
             )
             for key, s in state.items()
             if key not in failed
@@ -494,6 +504,7 @@ class MeasurementEngine:
                 usage=tuple(base.usage),
                 bus_gbps=base.aligned(base.bus_gbps),
                 link_ns=base.aligned(base.link_ns),
+                core_ns=base.aligned(base.core_ns),
             )
         return out
 

@@ -315,7 +315,7 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
         title_justify="left",
     )
     for col in ("backend", "method", "d_model", "tokens", "speedup", "by round", "bus GB/s",
-                "link ns", "moved", "slow", "faulted", "preempted", "max faults",
+                "link ns", "core us", "moved", "slow", "faulted", "preempted", "max faults",
                 "steal"):  # fmt: skip
         table.add_column(col)
     for _, r in wide.iterrows():
@@ -328,6 +328,7 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
             " ".join(f"{v:.2f}" for v in rounds.speedups) or "-",
             " ".join(f"{v:.0f}" for v in rounds.bus_gbps) or "-",
             " ".join(f"{v:.0f}" for v in rounds.link_ns) or "-",
+            " ".join(f"{v / 1e3:.0f}" for v in rounds.core_ns) or "-",
             f"{row_moved:.2f}x / {base_moved:.2f}x" if row_moved and base_moved else "-",
             f"{seen['slow']} of {seen['samples']}", seen["slow_faulted"], seen["slow_preempted"],
             "-" if seen["max_faults"] is None else seen["max_faults"],
@@ -341,7 +342,9 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
         "the machine moved between them); bus GB/s: by round, the median bandwidth the bus "
         "gave just before the row's calls (on a shared bus, calls that stream their weights "
         "move with it); link ns: by round, the median round trip of a cache line between two "
-        "threads before them (where the host ran the threads: one core complex or two)"
+        "threads before them (where the host ran the threads: one core complex or two); core "
+        "us: by round, the median time of a fixed chain of integer steps on two threads "
+        "before them (how fast the cores ran: a host that shares them out reads slower)"
     )
     if more:
         console.print(f"{more} more wide rows: kernelbench show --wide RUN")

@@ -89,6 +89,10 @@ class ResultRow:
     # the round trip (ns) of a cache line between two of the run's threads just before each
     # timed call, aligned with raw_ms: where the host ran them (empty: hot rows, CUDA, one thread)
     link_ns: list[float] = field(default_factory=list)
+    # how long a fixed chain of integer steps took on two of the run's threads just before each
+    # timed call (ns), aligned with raw_ms: how fast the cores ran (empty: hot rows, CUDA, one
+    # thread, older rows)
+    core_ns: list[float] = field(default_factory=list)
     steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
     # cold CPU rows: bytes of the tensors the call reads (weights, activations, buffers) whose
     # cache lines were flushed before each timed call; below weight_bytes, part of the weights

@@ -396,9 +396,9 @@ def slow_calls(row: pd.Series | dict) -> dict:
 class RoundMedians:
     """A paired pooled row's medians in each of its rounds, in order: its speedup, its own
     time and its 16-bit baseline's time (ms), the bus bandwidth read just before its calls
-    (GB/s; empty when its calls read none: hot caches, CUDA) and the threads' link (ns).
-    Rounds that disagree while each is tight say the machine moved between them, which call
-    moved more, and whether the bus and the threads' placement did."""
+    (GB/s; empty when its calls read none: hot caches, CUDA), the threads' link and the cores'
+    probe (ns). Rounds that disagree while each is tight say the machine moved between them,
+    which call moved more, and whether the bus, the threads' placement or the cores' speed did."""
 
     speedups: list[float]
     row_ms: list[float]
@@ -406,6 +406,8 @@ class RoundMedians:
     bus_gbps: list[float] = dataclasses.field(default_factory=list)
     #: the median round trip (ns) between two threads before the row's calls (where they ran)
     link_ns: list[float] = dataclasses.field(default_factory=list)
+    #: the median core probe (ns) before the row's calls (how fast the cores ran)
+    core_ns: list[float] = dataclasses.field(default_factory=list)
 
     @staticmethod
     def moved(values: list[float]) -> float | None:
@@ -423,6 +425,8 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
     bus = list(bus) if isinstance(bus, list | tuple) and len(bus) == len(raw) else []
     link = row.get("link_ns")
     link = list(link) if isinstance(link, list | tuple) and len(link) == len(raw) else []
+    core = row.get("core_ns")
+    core = list(core) if isinstance(core, list | tuple) and len(core) == len(raw) else []
     out = RoundMedians([], [], [])
     if not sizes or sum(sizes) != len(raw) or len(base) != len(raw):
         return out
@@ -438,6 +442,8 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
                 out.bus_gbps.append(float(pd.Series(bus[at : at + size]).median()))
             if link:
                 out.link_ns.append(float(pd.Series(link[at : at + size]).median()))
+            if core:
+                out.core_ns.append(float(pd.Series(core[at : at + size]).median()))
         at += size
     return out
 

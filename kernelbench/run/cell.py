@@ -224,7 +224,12 @@ def _measure_plan(
         prepared.make_room(needed, keep=cell_key, keep_layer=layer_key)
     # before the memory in use is read: a cold engine's eviction buffer is not the cell's
     engine = MeasurementEngine(
-        device, opts.timer, opts.stage_timer, cache=opts.cache, link_probe=link_probe(device)
+        device,
+        opts.timer,
+        opts.stage_timer,
+        cache=opts.cache,
+        link_probe=link_probe(device),
+        core_probe=core_probe(device),
     )
     in_use = memory_in_use(device)
     layers: list[PreparedLayer] = []  # drawn (or taken from ``prepared``) once something is built
@@ -633,9 +638,17 @@ def link_probe(device: torch.device):
     return cpu_ext.thread_round_trip_ns
 
 
+def core_probe(device: torch.device):
+    """The reading of how fast the cores run that a cold CPU timer takes before each call
+    (``None``: not on the CPU, or the extension is not built)."""
+    if device.type != "cpu" or not cpu_ext.available():
+        return None
+    return cpu_ext.core_probe_ns
+
+
 def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
-    """Per sample, the faults and context switches its call took and the bus bandwidth and the
-    threads' link read before it; the cell's steal share."""
+    """Per sample, the faults and context switches its call took and the bus bandwidth, the
+    threads' link and the cores' probe read before it; the cell's steal share."""
     if len(meas.usage) == len(meas.row_ms):
         for name in USAGE_FIELDS:
             setattr(row, name, meas.usage_of(name))
@@ -643,6 +656,8 @@ def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
         row.bus_gbps = [round(v, 2) for v in meas.bus_gbps]
     if len(meas.link_ns) == len(meas.row_ms):
         row.link_ns = [round(v, 1) for v in meas.link_ns]
+    if len(meas.core_ns) == len(meas.row_ms):
+        row.core_ns = [round(v, 1) for v in meas.core_ns]
     row.steal_share = meas.steal_share
 
 
