@@ -695,28 +695,20 @@ def test_decode_prefetch_is_chosen_per_processor_and_checked(decode_prefetch_res
         assert cpu_ext.decode_prefetch() == name
 
 
-def test_the_core_probe_reads_the_slower_threads_time_in_nanoseconds():
-    """A fixed chain of integer steps on two threads: a positive time (on a 2-vCPU VM about
-    13 us, more when the host shares the cores out), or None where only one thread runs."""
-    ns = cpu_ext.core_probe_ns()
-    if torch.get_num_threads() < 2:
-        assert ns is None
-    else:
-        assert ns is not None and 0 < ns < math.inf
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert cpu_ext.core_probe_ns() is None
-    finally:
-        torch.set_num_threads(before)
-    with pytest.raises(ValueError, match="iters"):
-        cpu_ext._ext.core_probe_ns(0)
-
-
-def test_the_threads_link_reads_a_round_trip_in_nanoseconds():
-    """Two OpenMP threads bounce a cache line: a positive time (the fastest batch; on a busy
-    machine a descheduled thread makes it milliseconds), or None where only one thread runs."""
-    ns = cpu_ext.thread_round_trip_ns()
+@pytest.mark.parametrize(
+    ("probe", "bad_call", "message"),
+    [
+        ("thread_round_trip_ns", lambda ext: ext.thread_round_trip_ns(0, 1), "rounds"),
+        ("core_probe_ns", lambda ext: ext.core_probe_ns(0), "iters"),
+    ],
+)
+def test_a_two_thread_probe_reads_nanoseconds_or_none_with_one_thread(probe, bad_call, message):
+    """The threads' link (two OpenMP threads bounce a cache line: the fastest batch; on a busy
+    machine a descheduled thread makes it milliseconds) and the cores' probe (a fixed integer
+    chain on two threads, the slower one's time): a positive time, or None where only one
+    thread runs."""
+    read = getattr(cpu_ext, probe)
+    ns = read()
     if torch.get_num_threads() < 2:
         assert ns is None
     else:
@@ -724,8 +716,8 @@ def test_the_threads_link_reads_a_round_trip_in_nanoseconds():
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # a one-thread run: nothing to read, no second thread woken
-        assert cpu_ext.thread_round_trip_ns() is None
+        assert read() is None
     finally:
         torch.set_num_threads(before)
-    with pytest.raises(ValueError, match="rounds"):
-        cpu_ext._ext.thread_round_trip_ns(0, 1)
+    with pytest.raises(ValueError, match=message):
+        bad_call(cpu_ext._ext)
