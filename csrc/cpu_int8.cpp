@@ -403,7 +403,8 @@ double thread_round_trip_ns(int rounds, int batches) {
 // `iters` steps of a dependent integer chain (a multiply-add and a shift-xor a step, in
 // registers: no memory), once, and the slower thread's time is returned, in ns. A core that
 // the host shares out (its other hardware thread busy, or the vCPU time-sliced finer than the
-// steal count shows) reads slower: on a 2-vCPU Xeon VM 50000 steps read about 15 or 25-35 us,
+// steal count shows: not told apart) reads slower: on a 2-vCPU Xeon VM 50000 steps read about
+// 13-17 us, or 22-35 us in the slow state,
 // and bf16 GEMMs ran 2.4x and int8 ones 1.8x slower in the slow reading (an 8-chain FMA loop
 // taking its fastest of two batches did not see it). -1 with fewer than two threads.
 double core_probe_ns(int iters) {

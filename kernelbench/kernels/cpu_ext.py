@@ -207,14 +207,15 @@ def thread_round_trip_ns() -> float | None:
     return ns if ns > 0 else None
 
 
-#: Steps of the core probe: about 13 us on a 2-vCPU Xeon VM when its cores are its own.
+#: Steps of the core probe: about 13-17 us on a 2-vCPU Xeon VM when its cores are its own.
 CORE_PROBE_STEPS = 50_000
 
 
 def core_probe_ns() -> float | None:
     """How long the slower of two of the kernels' OpenMP threads takes for a fixed chain of
     integer steps in registers, in ns: how fast the cores run right now, read without touching
-    memory. On a 2-vCPU Xeon VM whose host shares its cores out it reads about 13 or 22-26 us,
+    memory. On a 2-vCPU Xeon VM whose host shares its cores out it reads about 13-17 us, or
+    22-35 us in the slow state,
     and bf16 GEMMs ran 2.4x (int8 1.8x) slower in the slow reading. ``None`` when torch runs
     one thread, or without the extension."""
     if _ext is None or torch.get_num_threads() < 2:

@@ -93,7 +93,7 @@ class CallTimer:
 
     ``core_probe``: a reading of how fast the cores run, taken after the link's and kept as
     ``last_core_ns`` (a fixed chain of integer steps on two threads: on a 2-vCPU Xeon VM whose
-    host shares its cores out, about 13 us or 22-26 us, the bf16 calls 2.4x slower in the
+    host shares its cores out, about 13-17 us or 22-35 us, the bf16 calls 2-3x slower in the
     latter; the steal count showed nothing).
 
     ``after_probe``: runs after the read, outside its clock, before the call (a short scan's
