@@ -70,8 +70,13 @@ from kernelbench.results.schema import (
     read_run_rows,
     results_path,
 )
-from kernelbench.results.states import BusSplit, call_readings, far_share
-from kernelbench.results.verdict import joint_split, placement_verdict, speed_verdict
+from kernelbench.results.states import BusSplit, far_share
+from kernelbench.results.verdict import (
+    joint_split,
+    link_readings,
+    placement_verdict,
+    speed_verdict,
+)
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
 #: deterministic, so for fixed seeds and one device class ``rel_error`` repeats bit for bit; the
@@ -455,11 +460,6 @@ def machines_differ(base_env: dict, new_env: dict) -> str:
 PLACEMENT_SHARE_DIFFERENCE = 0.1
 
 
-def _link_readings(run: LoadedRun) -> tuple[list[float], list[float | None]]:
-    rows = ((row.get("bus_gbps"), row.get("link_ns")) for row in run.rows.values())
-    return call_readings(rows, links_only=True)
-
-
 def placements_differ(b_run: LoadedRun, n_run: LoadedRun, split: BusSplit | None) -> str:
     """A note when the two runs' cold CPU calls met the host's placements of the threads (one
     core complex, or two: :mod:`kernelbench.results.states`) in shares apart by more than
@@ -468,7 +468,7 @@ def placements_differ(b_run: LoadedRun, n_run: LoadedRun, split: BusSplit | None
     readings (:func:`~kernelbench.results.verdict.joint_split`); empty when there is none."""
     if split is None:
         return ""
-    b_links, n_links = _link_readings(b_run)[1], _link_readings(n_run)[1]
+    b_links, n_links = link_readings(b_run.rows.values())[1], link_readings(n_run.rows.values())[1]
     base, new = far_share(b_links, split), far_share(n_links, split)
     if base is None or new is None or abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
         return ""

@@ -137,15 +137,15 @@ def speed_verdict(
     return SpeedCall(verdict, metric, bv, nv, change, noise, band, "; ".join(notes), unmeasured)
 
 
+def link_readings(rows: Iterable[dict]) -> tuple[list[float], list[float | None]]:
+    """The bus and link readings of the calls of ``rows`` that have a link reading, aligned."""
+    return call_readings(((r.get("bus_gbps"), r.get("link_ns")) for r in rows), links_only=True)
+
+
 def joint_split(base_rows: Iterable[dict], new_rows: Iterable[dict]) -> BusSplit | None:
     """The split of two runs' calls into the host's placements of the threads, from the link
     readings of both runs' rows (``None``: either run has none, or they show one placement)."""
-    b_bus, b_links = call_readings(
-        ((r.get("bus_gbps"), r.get("link_ns")) for r in base_rows), links_only=True
-    )
-    n_bus, n_links = call_readings(
-        ((r.get("bus_gbps"), r.get("link_ns")) for r in new_rows), links_only=True
-    )
+    (b_bus, b_links), (n_bus, n_links) = link_readings(base_rows), link_readings(new_rows)
     if not b_links or not n_links:
         return None
     split = bus_split(b_bus + n_bus, b_links + n_links)

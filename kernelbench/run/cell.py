@@ -630,20 +630,22 @@ def _fill_row(row: ResultRow, meas: RowMeasurement, cell: _Cell, is_baseline: bo
         row.baseline_ms, row.speedup = row.median_ms, 1.0
 
 
-def link_probe(device: torch.device):
-    """The reading of where the threads run that a cold CPU timer takes before each call
-    (``None``: not on the CPU, or the extension is not built)."""
+def _cpu_reading(device: torch.device, read: Callable[[], float | None]):
+    """``read``, a reading a cold CPU timer takes before each call (``None``: not on the CPU,
+    or the extension is not built)."""
     if device.type != "cpu" or not cpu_ext.available():
         return None
-    return cpu_ext.thread_round_trip_ns
+    return read
+
+
+def link_probe(device: torch.device):
+    """The reading of where the threads run (:func:`_cpu_reading`)."""
+    return _cpu_reading(device, cpu_ext.thread_round_trip_ns)
 
 
 def core_probe(device: torch.device):
-    """The reading of how fast the cores run that a cold CPU timer takes before each call
-    (``None``: not on the CPU, or the extension is not built)."""
-    if device.type != "cpu" or not cpu_ext.available():
-        return None
-    return cpu_ext.core_probe_ns
+    """The reading of how fast the cores run (:func:`_cpu_reading`)."""
+    return _cpu_reading(device, cpu_ext.core_probe_ns)
 
 
 def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
