@@ -103,6 +103,15 @@ SETTINGS: dict[str, Setting] = {
             "model (caches evicted outside the clock; CUDA: L2 flushed); hot: from cache",
             choices=("cold", "hot"),
         ),
+        Setting(
+            "core_wait_s",
+            "--core-wait",
+            2.0,
+            "Cold CPU calls: seconds to wait at most, before each, for the cores to run at "
+            "their usual speed on a host that shares them out (0: never wait)",
+            0.0,
+            high=60.0,
+        ),
         Setting("error_rows", "--error-rows", 512, "Output rows checked against float64", 1),
         Setting("rounds", "--rounds", 3, "Visits of each cell; rows pooled", 1, high=100),
         Setting(

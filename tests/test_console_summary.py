@@ -97,6 +97,31 @@ def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
     assert second.startswith("Precision: ") and "of 4 speedups" in second
 
 
+def test_headline_says_how_long_the_run_waited_for_fast_cores(tmp_path, row_factory):
+    """Rows record each call's wait for fast cores: the headline counts the calls that waited,
+    their total and the waits that ran out at the run's cap; a run that never waited says
+    nothing of it."""
+    from kernelbench.results.schema import write_env
+
+    def run(path, waits):
+        writer = ResultsWriter(path)
+        n = len(waits)
+        writer.append(row_factory("fp16", "torch", median_ms=2.0, baseline_ms=2.0,
+                                  raw_ms=[2.0] * n, core_wait_ms=waits))  # fmt: skip
+        writer.append(row_factory("llm_int8", "custom", median_ms=1.0, baseline_ms=2.0,
+                                  raw_ms=[1.0] * 4, core_wait_ms=[0.0] * 4))  # fmt: skip
+        write_env(path, {"timer": {"core_wait_s": 2.0}})
+        return headline(load_view(path))
+
+    lines = run(tmp_path / "waited", [0.0, 500.0, 2000.0, 2000.5])
+    note = [line for line in lines if line.startswith("Waited for the cores")]
+    assert note == [
+        "Waited for the cores to run at their usual speed before 3 of 8 timed calls (4.5 s in "
+        "all, outside the clock): the host shared them out; 2 waits ran out at 2 s."
+    ]
+    assert not any("Waited" in line for line in run(tmp_path / "never", [0.0] * 4))
+
+
 def test_headline_comes_first_and_skips_are_one_line_per_reason(run_dir):
     text = printed(run_dir)
     assert text.splitlines()[0].startswith("Fastest over 16-bit")

@@ -7,9 +7,11 @@ import pytest
 
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import (
+    CORE_BACKOFF_FACTOR,
     MAX_SCAN_BYTES,
     CacheEvictor,
     CallTimer,
+    CoreGate,
     cache_sizes,
     call_timer,
     evict_bytes,
@@ -260,7 +262,65 @@ def test_each_sample_keeps_the_core_reading_taken_after_its_link_reading():
     hot = CallTimer(m.clock, core_probe=core)
     hot(m.call("a", 1.0))
     assert hot.last_core_ns is None and hot.core_probe is None
-    assert hot.last_reading == (None, None, None)
+    assert hot.last_reading == (None, None, None, 0.0)
+
+
+class CoreMachine(BusMachine):
+    """A core probe whose readings are given in order, each taking 15 us of the clock."""
+
+    def __init__(self, readings: list[float]) -> None:
+        super().__init__([1.0] * 100)
+        self.readings = list(readings)
+
+    def probe(self) -> float:
+        self.log.append("gate")
+        self.now += 15e-6
+        return self.readings.pop(0)
+
+
+def test_the_core_gate_waits_until_the_cores_read_fast_again():
+    m = CoreMachine([13e3, 14e3, 30e3, 28e3, 13.5e3])
+    gate = CoreGate(m.probe, max_wait_s=1.0, clock=m.clock)
+    assert gate.wait() == 0.0 and gate.wait() == 0.0  # fast: one reading each
+    assert gate.wait() == pytest.approx(45e-6)  # slow, slow, fast: three readings
+    assert m.readings == [] and gate.fastest_ns == 13e3 and gate.gave_up == 0
+
+
+def test_a_core_gate_whose_wait_runs_out_takes_the_next_calls_as_they_come_for_a_while():
+    m = CoreMachine([10e3] + [30e3] * 10 + [30e3] + [30e3, 10e3])
+    gate = CoreGate(m.probe, max_wait_s=100e-6, clock=m.clock)
+    assert gate.wait() == 0.0
+    waited = gate.wait()  # slow throughout: gives up once the cap has passed
+    assert 100e-6 <= waited < 130e-6 and gate.gave_up == 1
+    probes = len(m.readings)
+    assert gate.wait() == 0.0 and len(m.readings) == probes  # backing off: not even a probe
+    m.now += CORE_BACKOFF_FACTOR * 100e-6
+    assert gate.wait() > 0.0 and gate.gave_up == 1  # waits again, and the cores came back
+
+
+def test_a_core_gate_without_a_wait_or_a_reading_never_waits():
+    m = CoreMachine([30e3, 10e3])
+    assert CoreGate(m.probe, max_wait_s=0.0, clock=m.clock).wait() == 0.0
+    assert m.log == []  # never probed
+    assert CoreGate(lambda: None, max_wait_s=1.0, clock=m.clock).wait() == 0.0
+    with pytest.raises(ValueError, match="max_wait_s"):
+        CoreGate(m.probe, max_wait_s=-1.0)
+
+
+def test_each_sample_records_its_wait_for_fast_cores_outside_its_clock():
+    """The gate runs before the eviction, and its wait is not in the call's time."""
+    m = CoreMachine([13e3, 40e3, 13e3, 13e3, 13e3, 13e3])
+    gate = CoreGate(m.probe, max_wait_s=1.0, clock=m.clock)
+    cell = _two_pairs(m, core_gate=gate)
+    # baseline, a (one slow reading, then a fast one: 30 us), baseline, a, baseline
+    assert cell.rows["a"].row_ms == pytest.approx((2.0, 2.0))
+    assert cell.rows["a"].core_wait_ms == pytest.approx((0.030, 0.0))
+    assert cell.baseline.core_wait_ms == pytest.approx((0.0, 0.0, 0.0))
+    timed = m.log[m.log.index("gate") :]
+    assert timed[:6] == ["gate", "evict", "base", "gate", "gate", "evict"]
+    # without a gate the rows record no waits
+    plain = _two_pairs(BusMachine([1.0] * 5))
+    assert plain.rows["a"].core_wait_ms == () and plain.baseline.core_wait_ms == ()
 
 
 def test_no_probe_no_bus_readings():

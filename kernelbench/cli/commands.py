@@ -279,6 +279,7 @@ def run(
     threads: int = typer.Option(None, metavar="N", help=SETTINGS["threads"].help),
     budget: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("budget_s")),
     max_call: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("max_call_s")),
+    core_wait: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("core_wait_s")),
     alpha: float = typer.Option(SETTINGS["alpha"].default, help=SETTINGS["alpha"].help),
     outlier_cmp: str = typer.Option(
         SETTINGS["outlier_cmp"].default, metavar="OP", help=SETTINGS["outlier_cmp"].help
@@ -317,6 +318,7 @@ def run(
             ci_target=ci_target,
             extra_rounds=extra_rounds,
             threads=threads,
+            core_wait_s=core_wait,
         )
         check("alpha", alpha)
         check("outlier_cmp", outlier_cmp)

@@ -87,6 +87,7 @@ def _settings(req: RunRequest, prep: _Prepared, dclass: str, threads: int) -> di
         "ci_target": p.ci_target,
         "extra_rounds": p.extra_rounds,
         "cache": req.cache,
+        "core_wait_s": p.core_wait_s,
         "device_class": dclass,
         "threads": threads,
     }
@@ -139,6 +140,7 @@ def _prepare(req: RunRequest) -> _Prepared:
                 warmup_s=p.warmup_s,
                 ci_target=p.ci_target,
                 min_pairs=p.min_pairs,
+                core_wait_s=p.core_wait_s,
             ),
             max_call_s=p.max_call_s,
             error_rows=p.error_rows,

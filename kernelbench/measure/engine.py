@@ -67,8 +67,8 @@ Call = Callable[[], object]
 #: Evicts one call's own memory from the caches (cold caches), outside the timed region.
 Eviction = Callable[[], None]
 #: What the timer read before a call: the bus's GB/s, the threads' link in ns and the cores'
-#: probe in ns (each or None).
-Reading = tuple[float | None, float | None, float | None]
+#: probe in ns (each or None), and the seconds it waited for fast cores first.
+Reading = tuple[float | None, float | None, float | None, float]
 
 #: Samples of one stage timed alone. Uncapped, a decode cell's stages took up to 200 samples
 #: each (their spread rarely met its target at sub-millisecond calls): 7.3 s of a 24.5 s run of
@@ -171,6 +171,9 @@ class TimerSettings:
     #: call: at large sizes the budget alone stopped rows after 1-3 pairs, too few for an
     #: interval within the target after the rounds are pooled
     min_pairs: int = default("min_pairs")
+    #: cold CPU calls: seconds to wait at most, before each, for the cores to run at their
+    #: usual speed (:class:`~kernelbench.measure.timing.CoreGate`; 0: never wait)
+    core_wait_s: float = default("core_wait_s")
 
     @classmethod
     def for_stages(cls, budget_s: float | None = None) -> TimerSettings:
@@ -221,6 +224,9 @@ class RowMeasurement:
     #: sample's call, in ns (aligned with ``row_ms``; empty without a core probe): how fast
     #: the cores ran
     core_ns: tuple[float, ...] = ()
+    #: how long the timer waited for fast cores before each sample's call, in ms (aligned with
+    #: ``row_ms``; empty without a core gate)
+    core_wait_ms: tuple[float, ...] = ()
     #: the share of CPU time the hypervisor stole while the cell was cycled (``None``: unknown)
     steal_share: float | None = None
 
@@ -260,12 +266,14 @@ class _Sampling:
     bus_gbps: list[float] = field(default_factory=list)
     link_ns: list[float] = field(default_factory=list)
     core_ns: list[float] = field(default_factory=list)
+    core_wait_ms: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def add(self, ms: float, usage: CallUsage, reading: Reading) -> None:
         self.row_ms.append(ms)
         self.usage.append(usage)
-        bus_gbps, link_ns, core_ns = reading
+        bus_gbps, link_ns, core_ns, wait_s = reading
+        self.core_wait_ms.append(wait_s * 1e3)
         if bus_gbps is not None:
             self.bus_gbps.append(bus_gbps)
         if link_ns is not None:
@@ -274,8 +282,8 @@ class _Sampling:
             self.core_ns.append(core_ns)
 
     def aligned(self, readings: list[float]) -> tuple[float, ...]:
-        """``readings`` (the bus's, the link's or the cores'), when there is one for every
-        sample (else none)."""
+        """``readings`` (the bus's, the link's, the cores' or the waits for them), when there is
+        one for every sample (else none)."""
         return tuple(readings) if len(readings) == len(self.row_ms) else ()
 
     def samples(self) -> tuple[float, ...]:
@@ -340,10 +348,17 @@ class MeasurementEngine:
         self.clock = clock
         if cache is None:
             cache = "cold" if torch.device(device).type == "cuda" else "hot"
-        self.timer = timer or call_timer(device, clock, cache, link_probe, core_probe)
+        self.timer = timer or call_timer(
+            device, clock, cache, link_probe, core_probe, settings.core_wait_s
+        )
         if reuse_memory is None:
             reuse_memory = torch.device(device).type == "cpu"
         self.reuse_memory = reuse_memory
+
+    @property
+    def _gated(self) -> bool:
+        """Whether the timer waits for fast cores (its rows then record each wait)."""
+        return getattr(self.timer, "core_gate", None) is not None
 
     def _memory(self):
         return freed_memory_reused(self.reuse_memory)
@@ -492,6 +507,7 @@ class MeasurementEngine:
                 bus_gbps=s.aligned(s.bus_gbps),
                 link_ns=s.aligned(s.link_ns),
                 core_ns=s.aligned(s.core_ns),
+                core_wait_ms=s.aligned(s.core_wait_ms) if self._gated else (),
             )
             for key, s in state.items()
             if key not in failed
@@ -505,6 +521,7 @@ class MeasurementEngine:
                 bus_gbps=base.aligned(base.bus_gbps),
                 link_ns=base.aligned(base.link_ns),
                 core_ns=base.aligned(base.core_ns),
+                core_wait_ms=base.aligned(base.core_wait_ms) if self._gated else (),
             )
         return out
 

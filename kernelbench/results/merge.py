@@ -120,7 +120,7 @@ def _pool(rows: list[dict]) -> ResultRow:
     row.round = min(int(r.get("round") or 0) for r in ok)
     row.throttled_samples = sum(int(r.get("throttled_samples") or 0) for r in ok)
     # what each call saw: kept only when every round has it, aligned with raw_ms
-    for name in (*USAGE_FIELDS, "bus_gbps", "link_ns", "core_ns"):
+    for name in (*USAGE_FIELDS, "bus_gbps", "link_ns", "core_ns", "core_wait_ms"):
         aligned = all(len(r.get(name) or []) == len(r["raw_ms"]) for r in ok)
         setattr(row, name, [v for r in ok for v in r[name]] if aligned else [])
     modes = {str(r.get("cache") or "") for r in ok}

@@ -93,6 +93,9 @@ class ResultRow:
     # timed call (ns), aligned with raw_ms: how fast the cores ran (empty: hot rows, CUDA, one
     # thread, older rows)
     core_ns: list[float] = field(default_factory=list)
+    # how long the timer waited for the cores to run at their usual speed before each timed
+    # call (ms), aligned with raw_ms (empty: no wait asked, hot rows, CUDA, older rows)
+    core_wait_ms: list[float] = field(default_factory=list)
     steal_share: float | None = None  # CPU time the hypervisor stole while the cell was timed
     # cold CPU rows: bytes of the tensors the call reads (weights, activations, buffers) whose
     # cache lines were flushed before each timed call; below weight_bytes, part of the weights

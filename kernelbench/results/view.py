@@ -82,10 +82,13 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
 
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
     """:func:`pooled_rows` as a DataFrame; ``attrs["ci_target"]`` is the run's interval
-    target, ``attrs["load"]`` the load it ran under (env.json's, when recorded)."""
+    target, ``attrs["load"]`` the load it ran under (env.json's, when recorded),
+    ``attrs["core_wait_s"]`` how long it waited at most for fast cores before a call."""
     df = pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
     df.attrs["ci_target"] = ci_target(env)
     df.attrs["load"] = env.get("load")
+    timer = env.get("timer")
+    df.attrs["core_wait_s"] = timer.get("core_wait_s") if isinstance(timer, dict) else None
     return df
 
 
@@ -486,6 +489,34 @@ def busy_note(load: dict) -> str:
     )
 
 
+def core_wait_note(df: pd.DataFrame) -> str:
+    """One line when the run waited for fast cores before its timed calls
+    (:class:`~kernelbench.measure.timing.CoreGate`): how often, how long in all, and how many
+    waits ran out (those calls were taken on slow cores); empty when it never waited."""
+    if not len(df) or "core_wait_ms" not in df:
+        return ""
+    waits = [
+        float(w)
+        for raw, row_waits in zip(df["raw_ms"], df["core_wait_ms"], strict=True)
+        if isinstance(row_waits, list | tuple) and isinstance(raw, list | tuple)
+        and len(row_waits) == len(raw)
+        for w in row_waits
+    ]  # fmt: skip
+    waited = [w for w in waits if w > 0]
+    if not waited:
+        return ""
+    line = (
+        f"Waited for the cores to run at their usual speed before {len(waited):,} of "
+        f"{len(waits):,} timed calls ({sum(waited) / 1e3:.1f} s in all, outside the clock): "
+        "the host shared them out"
+    )
+    cap = df.attrs.get("core_wait_s")
+    if cap:
+        ran_out = sum(w >= cap * 1e3 for w in waited)
+        line += f"; {ran_out} waits ran out at {cap:g} s" if ran_out else ""
+    return line + "."
+
+
 def placement_note(df: pd.DataFrame) -> str:
     """One line when the run's link readings (cold CPU calls) fall in two states: how the
     timed calls divided between the threads on one core complex and on two, and where each
@@ -538,8 +569,9 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
     interval), then the run's precision (:func:`precision_line`); then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
-    precision in each placement (:func:`placement_precision_line`); and one when the machine
-    was busy while it ran (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where
+    precision in each placement (:func:`placement_precision_line`); one when it waited for
+    fast cores (:func:`core_wait_note`); and one when the machine was busy while it ran
+    (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where
     the caller has it (the placement line's precision needs one)."""
     cell = headline_cell(df)
     if cell is None:
@@ -568,5 +600,7 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
         lines.append(placement)
         if by_placement := placement_precision_line(df, target, states):
             lines.append(by_placement)
+    if waited := core_wait_note(df):
+        lines.append(waited)
     load = df.attrs.get("load")
     return [*lines, busy_note(load)] if isinstance(load, dict) and load.get("busy") else lines

@@ -650,7 +650,8 @@ def core_probe(device: torch.device):
 
 def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
     """Per sample, the faults and context switches its call took and the bus bandwidth, the
-    threads' link and the cores' probe read before it; the cell's steal share."""
+    threads' link and the cores' probe read before it, and how long the timer waited for fast
+    cores first; the cell's steal share."""
     if len(meas.usage) == len(meas.row_ms):
         for name in USAGE_FIELDS:
             setattr(row, name, meas.usage_of(name))
@@ -660,6 +661,8 @@ def _fill_usage(row: ResultRow, meas: RowMeasurement) -> None:
         row.link_ns = [round(v, 1) for v in meas.link_ns]
     if len(meas.core_ns) == len(meas.row_ms):
         row.core_ns = [round(v, 1) for v in meas.core_ns]
+    if len(meas.core_wait_ms) == len(meas.row_ms):
+        row.core_wait_ms = [round(v, 3) for v in meas.core_wait_ms]
     row.steal_share = meas.steal_share
 
 

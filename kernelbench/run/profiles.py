@@ -31,6 +31,7 @@ class Profile:
     extra_rounds: int = default("extra_rounds")
     threads: int | None = default("threads")
     min_pairs: int = default("min_pairs")
+    core_wait_s: float = default("core_wait_s")
 
 
 PROFILES: dict[str, Profile] = {
