@@ -319,3 +319,22 @@ def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch)
     rate_flops = 1e15
     peak._best_of_shapes(None, make_call, "fast")
     assert sorted(called) == sorted(peak.PEAK_SHAPES)
+
+
+def test_peaks_on_the_cpu_wait_for_fast_cores_before_each_call():
+    """A peak is a best call: on a host that shares its cores out, its calls wait for the
+    cores' usual speed (the run's wait), or a slow moment is cached as the machine's limit."""
+    import torch
+
+    from kernelbench.kernels import cpu_ext
+    from kernelbench.run import peak
+    from kernelbench.settings import default
+
+    engine = peak._engine(torch.device("cpu"))
+    gate = engine.timer.core_gate
+    if not cpu_ext.available():
+        assert gate is None
+        return
+    assert gate is not None and gate.max_wait_s == default("core_wait_s")
+    assert gate.probe is cpu_ext.core_probe_ns
+    assert engine.timer.before_call is None  # hot caches: peaks are the most a device attains
