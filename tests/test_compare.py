@@ -816,6 +816,25 @@ def test_runs_that_met_the_threads_on_different_placements_say_so(tmp_path: Path
     assert not any("core complexes" in n for n in compare_runs(two, bare).notes)
 
 
+def test_runs_whose_cores_ran_at_different_speeds_say_so(tmp_path: Path):
+    """Cold CPU runs record each call's core probe: runs whose medians are more than 10%
+    apart get a note naming both; runs within it, or without readings, get none."""
+
+    def run(path: Path, core_ns: list[float]) -> Path:
+        extra = {"raw_ms": [8.0] * len(core_ns), "core_ns": core_ns}
+        rows = [row("fp16", backend="torch"), dataclasses.replace(row("llm_int8"), **extra)]
+        return write_run(path, rows)
+
+    fast = run(tmp_path / "fast", [12.7e3] * 19 + [40e3])
+    slow = run(tmp_path / "slow", [16.0e3] * 20)
+    near = run(tmp_path / "near", [13.5e3] * 20)
+    notes = compare_runs(fast, slow).notes
+    assert any("median 12.7 us in base, 16.0 us in new" in n for n in notes), notes
+    assert not any("different speeds" in n for n in compare_runs(fast, near).notes)
+    bare = write_run(tmp_path / "bare", standard_rows())
+    assert not any("different speeds" in n for n in compare_runs(fast, bare).notes)
+
+
 def _placed_row(near: int, far: int, near_speedup: float, far_speedup: float) -> ResultRow:
     """custom/llm_int8 with ``near`` pairs on one core complex (link 50 ns) at
     ``near_speedup`` and ``far`` on two (330 ns) at ``far_speedup``, one round."""
