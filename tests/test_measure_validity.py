@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kernelbench.kernels import cpu_ext
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import (
     CORE_BACKOFF_FACTOR,
@@ -15,6 +16,7 @@ from kernelbench.measure.timing import (
     cache_sizes,
     call_timer,
     evict_bytes,
+    scan_flushed,
     steal_share,
     steal_ticks,
 )
@@ -345,6 +347,9 @@ def test_a_last_level_cache_over_half_the_scan_cap_gets_a_short_scan_only_where_
     assert evict_bytes(huge, flushable=False) == 600 * 2**20  # nothing flushes: scan it all
     small = {"L3": 16 * 2**20}
     assert evict_bytes(small, flushable=True) == evict_bytes(small, flushable=False) == 32 * 2**20
+    # the short scan is the one flushed after each read (where the extension can flush)
+    assert scan_flushed(MAX_SCAN_BYTES, huge) == cpu_ext.available()
+    assert not scan_flushed(600 * 2**20, huge) and not scan_flushed(32 * 2**20, small)
 
 
 def test_a_short_scan_is_flushed_after_its_read_outside_the_bus_reading_and_before_the_call():

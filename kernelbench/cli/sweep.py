@@ -280,13 +280,12 @@ def _cache_env(mode: str, device: str) -> dict:
     shorter than twice the last-level cache, its buffer flushed after each read)."""
     entry: dict = {"mode": mode}
     if device != "cuda":
-        from kernelbench.measure.timing import cache_sizes, evict_bytes
+        from kernelbench.measure.timing import cache_sizes, evict_bytes, scan_flushed
 
         entry["levels"] = cache_sizes()
         if mode == "cold":
             entry["evict_bytes"] = evict_bytes(entry["levels"])
-            full = evict_bytes(entry["levels"], flushable=False)
-            entry["scan_flushed"] = entry["evict_bytes"] < full
+            entry["scan_flushed"] = scan_flushed(entry["evict_bytes"], entry["levels"])
     return entry
 
 

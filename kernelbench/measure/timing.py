@@ -301,6 +301,12 @@ def evict_bytes(sizes: dict[str, int] | None = None, flushable: bool | None = No
     return min(full, MAX_SCAN_BYTES) if flushable else full
 
 
+def scan_flushed(nbytes: int, sizes: dict[str, int] | None = None) -> bool:
+    """Whether a scan of ``nbytes`` is flushed after each read: shorter than twice the
+    last-level cache (which would keep it), with the CPU extension to flush it."""
+    return nbytes < evict_bytes(sizes, flushable=False) and cpu_ext.available()
+
+
 class CacheEvictor:
     """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache,
     at most :data:`MAX_SCAN_BYTES`) on all of torch's threads: afterwards the private caches
@@ -439,8 +445,8 @@ def shared_evictor(nbytes: int | None = None) -> CacheEvictor:
     buffer instead of allocating its own."""
     size = int(nbytes or evict_bytes())
     if size not in _EVICTORS:
-        short = size < evict_bytes(flushable=False) and cpu_ext.available()
-        _EVICTORS[size] = CacheEvictor(size, cpu_ext.flush_cache_lines if short else None)
+        flush = cpu_ext.flush_cache_lines if scan_flushed(size) else None
+        _EVICTORS[size] = CacheEvictor(size, flush)
     return _EVICTORS[size]
 
 
