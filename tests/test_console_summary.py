@@ -117,7 +117,8 @@ def test_headline_says_how_long_the_run_waited_for_fast_cores(tmp_path, row_fact
     note = [line for line in lines if line.startswith("Waited for the cores")]
     assert note == [
         "Waited for the cores to run at their usual speed before 3 of 8 timed calls (4.5 s in "
-        "all, outside the clock): the host shared them out; 2 waits ran out at 2 s."
+        "all, outside the clock): they read slower at those moments (a host that shares them "
+        "out, or other work); 2 waits ran out at 2 s."
     ]
     assert not any("Waited" in line for line in run(tmp_path / "never", [0.0] * 4))
 

@@ -508,7 +508,7 @@ def core_wait_note(df: pd.DataFrame) -> str:
     line = (
         f"Waited for the cores to run at their usual speed before {len(waited):,} of "
         f"{len(waits):,} timed calls ({sum(waited) / 1e3:.1f} s in all, outside the clock): "
-        "the host shared them out"
+        "they read slower at those moments (a host that shares them out, or other work)"
     )
     cap = df.attrs.get("core_wait_s")
     if cap:
