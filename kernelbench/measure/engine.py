@@ -358,7 +358,7 @@ class MeasurementEngine:
     @property
     def _gated(self) -> bool:
         """Whether the timer waits for fast cores (its rows then record each wait)."""
-        return getattr(self.timer, "core_gate", None) is not None
+        return self.timer.core_gate is not None
 
     def _memory(self):
         return freed_memory_reused(self.reuse_memory)

@@ -418,18 +418,22 @@ class RoundMedians:
         return max(values) / min(values) if len(values) > 1 and min(values) > 0 else None
 
 
+def per_call(row: pd.Series | dict, name: str) -> list:
+    """The row's per-call list ``name`` (a reading or a wait before each timed call), when it
+    has one entry for each of the row's calls (``raw_ms``); else empty."""
+    values, raw = row.get(name), row.get("raw_ms")
+    if not isinstance(values, list | tuple) or not isinstance(raw, list | tuple):
+        return []
+    return list(values) if len(values) == len(raw) else []
+
+
 def by_round(row: pd.Series | dict) -> RoundMedians:
     """:class:`RoundMedians` of a pooled row; empty when the row is unpaired or its rounds are
     not known (a row as written, an older pooled one)."""
     sizes = list(row.get("round_samples") or [])
     raw = list(row.get("raw_ms") or [])
     base = list(row.get("baseline_raw_ms") or [])
-    bus = row.get("bus_gbps")
-    bus = list(bus) if isinstance(bus, list | tuple) and len(bus) == len(raw) else []
-    link = row.get("link_ns")
-    link = list(link) if isinstance(link, list | tuple) and len(link) == len(raw) else []
-    core = row.get("core_ns")
-    core = list(core) if isinstance(core, list | tuple) and len(core) == len(raw) else []
+    bus, link, core = (per_call(row, name) for name in ("bus_gbps", "link_ns", "core_ns"))
     out = RoundMedians([], [], [])
     if not sizes or sum(sizes) != len(raw) or len(base) != len(raw):
         return out
@@ -495,13 +499,7 @@ def core_wait_note(df: pd.DataFrame) -> str:
     waits ran out (those calls were taken on slow cores); empty when it never waited."""
     if not len(df) or "core_wait_ms" not in df:
         return ""
-    waits = [
-        float(w)
-        for raw, row_waits in zip(df["raw_ms"], df["core_wait_ms"], strict=True)
-        if isinstance(row_waits, list | tuple) and isinstance(raw, list | tuple)
-        and len(row_waits) == len(raw)
-        for w in row_waits
-    ]  # fmt: skip
+    waits = [float(w) for _, row in df.iterrows() for w in per_call(row, "core_wait_ms")]
     waited = [w for w in waits if w > 0]
     if not waited:
         return ""

@@ -25,7 +25,6 @@ import torch
 import torch.nn.functional as F
 
 from kernelbench.core import work_flops
-from kernelbench.kernels import cpu_ext
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import CallTimer, shared_core_gate
 from kernelbench.quant import Problem, QuantConfig
@@ -237,9 +236,10 @@ def _engine(device: torch.device, reuse_memory: bool | None = None) -> Measureme
     (:func:`~kernelbench.measure.timing.shared_core_gate`): on a 2-vCPU Xeon VM whose host
     shares its cores out (bf16 calls 2-3x slower in its slow state), the best fp32 call of
     5-20 read 0.333 TOPS twice, 0.354 and 0.382 in one day's measurements, without waiting."""
-    timer = None
-    if device.type == "cpu" and cpu_ext.available():
-        timer = CallTimer(core_gate=shared_core_gate(cpu_ext.core_probe_ns, default("core_wait_s")))
+    from kernelbench.run.cell import core_probe
+
+    probe = core_probe(device)
+    timer = CallTimer(core_gate=shared_core_gate(probe, default("core_wait_s"))) if probe else None
     return MeasurementEngine(device, _SETTINGS, _SETTINGS, timer=timer, reuse_memory=reuse_memory)
 
 
