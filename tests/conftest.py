@@ -38,6 +38,26 @@ def _no_peak_measurement(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def _no_wait_for_fast_cores(request):
+    """Cold CPU timers in tests never wait for fast cores: on a busy machine the run's wait
+    (up to ``core_wait_s`` before each call) would make the suite's time follow the load, and no
+    test of rows or reports needs it. Tests of the wait itself are marked ``core_wait``."""
+    if request.node.get_closest_marker("core_wait"):
+        yield
+        return
+    from kernelbench.measure import timing
+    from kernelbench.run import peak
+
+    def never_waits(probe, max_wait_s):
+        return timing.CoreGate(probe, 0.0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timing, "shared_core_gate", never_waits)
+        patch.setattr(peak, "shared_core_gate", never_waits)
+        yield
+
+
 # --- random inputs -------------------------------------------------------------------------
 
 

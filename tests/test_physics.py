@@ -321,6 +321,7 @@ def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch)
     assert sorted(called) == sorted(peak.PEAK_SHAPES)
 
 
+@pytest.mark.core_wait
 def test_peaks_on_the_cpu_wait_for_fast_cores_before_each_call():
     """A peak is a best call: on a host that shares its cores out, its calls wait for the
     cores' usual speed (the run's wait), or a slow moment is cached as the machine's limit."""
@@ -338,3 +339,14 @@ def test_peaks_on_the_cpu_wait_for_fast_cores_before_each_call():
     assert gate is not None and gate.max_wait_s == default("core_wait_s")
     assert gate.probe is cpu_ext.core_probe_ns
     assert engine.timer.before_call is None  # hot caches: peaks are the most a device attains
+
+
+def test_cold_timers_in_tests_do_not_wait_for_fast_cores():
+    """The suite's fixture: a test's run does not wait for fast cores (its time would follow the
+    machine's load); the run's setting itself is unchanged."""
+    from kernelbench.measure.timing import call_timer
+    from kernelbench.settings import default
+
+    timer = call_timer("cpu", cache="cold", core_probe=lambda: 1.0, core_wait_s=2.0)
+    assert timer.core_gate is not None and timer.core_gate.max_wait_s == 0.0
+    assert default("core_wait_s") > 0
