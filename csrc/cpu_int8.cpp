@@ -350,15 +350,29 @@ void flush_lines_plain(const char* p, const char* end) {
   for (; p < end; p += 64) _mm_clflush(p);
 }
 
+// Below this many bytes one thread flushes; above, the OpenMP team splits the lines: a
+// flush is bound by each core's rate of flushes, not by the bus (64 MB of clean lines took
+// 2.7 ms on one thread of a 2-vCPU Xeon VM, before every cold call of a sweep).
+constexpr int64_t kParallelFlushBytes = int64_t{1} << 20;
+
 // Writes back and invalidates every cache line of [begin, begin + nbytes) in every cache of the
 // coherence domain (all cores, all levels): the next read of those bytes comes from memory.
 void flush_cache_lines(uintptr_t begin, int64_t nbytes) {
   if (nbytes <= 0) return;
   static const bool opt = cpu_has_clflushopt();
-  const char* p = reinterpret_cast<const char*>(begin & ~uintptr_t{63});
-  const char* end = reinterpret_cast<const char*>(begin) + nbytes;
-  if (opt) flush_lines_opt(p, end); else flush_lines_plain(p, end);
-  _mm_mfence();  // the flushes are done before whatever the caller does next
+  const uintptr_t first = begin & ~uintptr_t{63};
+  const uintptr_t last = begin + static_cast<uintptr_t>(nbytes);
+  const int64_t lines = static_cast<int64_t>((last - first + 63) / 64);
+  const int team = nbytes < kParallelFlushBytes ? 1 : std::max(1, omp_get_max_threads());
+#pragma omp parallel num_threads(team)
+  {
+    const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+    const char* p = reinterpret_cast<const char*>(first + 64 * (lines * t / n));
+    const char* end = reinterpret_cast<const char*>(
+        std::min<uintptr_t>(last, first + 64 * static_cast<uintptr_t>(lines * (t + 1) / n)));
+    if (opt) flush_lines_opt(p, end); else flush_lines_plain(p, end);
+    _mm_mfence();  // each thread's flushes are done before the team ends
+  }
 }
 
 // The round trip of one cache line between the first two threads of an OpenMP team, in ns:

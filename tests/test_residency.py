@@ -136,6 +136,24 @@ def test_flushing_cache_lines_leaves_the_bytes_as_they_were():
 
 
 @pytest.mark.skipif(not cpu_ext.available(), reason="the CPU extension is not built")
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("nbytes", [1, 63, 65, 2**20 - 1, 2**20, 2**20 + 1, 3 * 2**20 + 37])
+def test_a_flush_split_over_threads_reaches_every_end_and_changes_nothing(threads, nbytes):
+    """Large flushes are split over the OpenMP team: unaligned starts and ends, sizes around
+    the split, and more threads than cores all leave the bytes intact (a line past either end
+    would be another allocation's)."""
+    buf = torch.randint(0, 256, (nbytes + 200,), dtype=torch.uint8)
+    before = buf.clone()
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        cpu_ext.flush_cache_lines(buf.data_ptr() + 37, nbytes)
+    finally:
+        torch.set_num_threads(was)
+    assert torch.equal(buf, before)
+
+
+@pytest.mark.skipif(not cpu_ext.available(), reason="the CPU extension is not built")
 @pytest.mark.parametrize("name", sorted(all_backends()))
 def test_every_cpu_backends_runner_flushes_its_weights_and_only_memory_it_owns(name):
     """What the cold timer flushes for each backend's runner: at least its int8 (or 16-bit)

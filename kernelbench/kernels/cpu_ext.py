@@ -184,10 +184,12 @@ def _huge_page_buffer(nbytes: int) -> torch.Tensor | None:
 
 def flush_cache_lines(address: int, nbytes: int) -> None:
     """Write back and invalidate the cache lines of ``nbytes`` from ``address`` in every cache
-    (all cores, all levels; ``clflushopt``): the next read comes from memory. The caller keeps
-    that memory alive (a cold-cache timer flushes the tensors a call reads)."""
+    (all cores, all levels; ``clflushopt``): the next read comes from memory. Over 1 MB the
+    lines are split among torch's threads (a flush is bound by each core's rate of flushes).
+    The caller keeps that memory alive (a cold-cache timer flushes the tensors a call reads)."""
     if nbytes < 0:
         raise InputError(f"nbytes must be >= 0, got {nbytes}")
+    _sync_threads()
     _ext.flush_cache_lines(address, nbytes)
 
 
