@@ -123,6 +123,31 @@ def test_headline_says_how_long_the_run_waited_for_fast_cores(tmp_path, row_fact
     assert not any("Waited" in line for line in run(tmp_path / "never", [0.0] * 4))
 
 
+def test_headline_says_when_the_cores_read_slow_before_part_of_the_calls(tmp_path, row_factory):
+    """The core readings in two groups (the host's other guests on the cores, which the load
+    and steal do not show): the headline gives the slow share of the calls and each group's
+    median; readings in one group say nothing."""
+
+    def run(path, cores):
+        writer = ResultsWriter(path)
+        n = len(cores)
+        writer.append(row_factory("fp16", "torch", median_ms=2.0, baseline_ms=2.0,
+                                  raw_ms=[2.0] * n, core_ns=cores))  # fmt: skip
+        writer.append(row_factory("llm_int8", "custom", median_ms=1.0, baseline_ms=2.0,
+                                  raw_ms=[1.0] * n, core_ns=cores))  # fmt: skip
+        return [line for line in headline(load_view(path)) if line.startswith("The cores")]
+
+    two = [18_000.0 + i for i in range(15)] + [33_000.0 + i for i in range(5)]
+    assert run(tmp_path / "two", two) == [
+        "The cores read slow before 25% of the timed calls (a fixed chain of steps took a "
+        "median 33.0 us there, 18.0 us before the others): other work on the cores, on this "
+        "machine or the host's (the steal count misses a host that shares them out); speedups "
+        "over 16-bit differ between the two, and a row with calls in both has an interval that "
+        "covers the mix."
+    ]
+    assert run(tmp_path / "one", [18_000.0 + 100 * i for i in range(20)]) == []
+
+
 def test_headline_comes_first_and_skips_are_one_line_per_reason(run_dir):
     text = printed(run_dir)
     assert text.splitlines()[0].startswith("Fastest over 16-bit")

@@ -30,6 +30,7 @@ from kernelbench.results.states import (
     StateSpeedup,
     bus_split,
     call_readings,
+    core_split,
     state_speedups,
 )
 from kernelbench.settings import default, recorded
@@ -515,6 +516,28 @@ def core_wait_note(df: pd.DataFrame) -> str:
     return line + "."
 
 
+def core_state_note(df: pd.DataFrame) -> str:
+    """One line when the run's core readings (cold CPU calls, ``core_ns``) fall in two groups:
+    the share of the timed calls taken after a slow reading, and each group's median. The
+    machine's load (other processes, steal) does not show a host that shares the cores out;
+    these readings do, and speedups over 16-bit differ between the two (bf16 slows more).
+    Empty with one group or no readings."""
+    if not len(df) or "core_ns" not in df:
+        return ""
+    readings = [float(v) for _, row in df.iterrows() for v in per_call(row, "core_ns") if v]
+    split = core_split(readings)
+    if split is None:
+        return ""
+    return (
+        f"The cores read slow before {1 - split.fast_share:.0%} of the timed calls (a fixed "
+        f"chain of steps took a median {split.slow_ns / 1e3:.1f} us there, "
+        f"{split.fast_ns / 1e3:.1f} us before the others): other work on the cores, on this "
+        "machine or the host's (the steal count misses a host that shares them out); speedups "
+        "over 16-bit differ between the two, and a row with calls in both has an interval that "
+        "covers the mix."
+    )
+
+
 def placement_note(df: pd.DataFrame) -> str:
     """One line when the run's link readings (cold CPU calls) fall in two states: how the
     timed calls divided between the threads on one core complex and on two, and where each
@@ -567,8 +590,9 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
     interval), then the run's precision (:func:`precision_line`); then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
-    precision in each placement (:func:`placement_precision_line`); one when it waited for
-    fast cores (:func:`core_wait_note`); and one when the machine was busy while it ran
+    precision in each placement (:func:`placement_precision_line`); one when the cores read
+    slow before part of the calls (:func:`core_state_note`) and one when it waited for fast
+    cores (:func:`core_wait_note`); and one when the machine was busy while it ran
     (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where
     the caller has it (the placement line's precision needs one)."""
     cell = headline_cell(df)
@@ -598,6 +622,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
         lines.append(placement)
         if by_placement := placement_precision_line(df, target, states):
             lines.append(by_placement)
+    if cores := core_state_note(df):
+        lines.append(cores)
     if waited := core_wait_note(df):
         lines.append(waited)
     load = df.attrs.get("load")
