@@ -97,6 +97,20 @@ def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
     assert second.startswith("Precision: ") and "of 4 speedups" in second
 
 
+def _baseline_and_row(path, row_factory, base_calls: dict, row_calls: dict) -> None:
+    """A run of one cell: the 16-bit baseline (2 ms a call) and custom llm_int8 (1 ms), each
+    with the per-call lists given (their length is the row's number of calls)."""
+    writer = ResultsWriter(path)
+    for method, backend, ms, calls in (
+        ("fp16", "torch", 2.0, base_calls),
+        ("llm_int8", "custom", 1.0, row_calls),
+    ):
+        n = len(next(iter(calls.values())))
+        writer.append(
+            row_factory(method, backend, median_ms=ms, baseline_ms=2.0, raw_ms=[ms] * n, **calls)
+        )
+
+
 def test_headline_says_how_long_the_run_waited_for_fast_cores(tmp_path, row_factory):
     """Rows record each call's wait for fast cores: the headline counts the calls that waited,
     their total and the waits that ran out at the run's cap; a run that never waited says
@@ -104,12 +118,7 @@ def test_headline_says_how_long_the_run_waited_for_fast_cores(tmp_path, row_fact
     from kernelbench.results.schema import write_env
 
     def run(path, waits):
-        writer = ResultsWriter(path)
-        n = len(waits)
-        writer.append(row_factory("fp16", "torch", median_ms=2.0, baseline_ms=2.0,
-                                  raw_ms=[2.0] * n, core_wait_ms=waits))  # fmt: skip
-        writer.append(row_factory("llm_int8", "custom", median_ms=1.0, baseline_ms=2.0,
-                                  raw_ms=[1.0] * 4, core_wait_ms=[0.0] * 4))  # fmt: skip
+        _baseline_and_row(path, row_factory, {"core_wait_ms": waits}, {"core_wait_ms": [0.0] * 4})
         write_env(path, {"timer": {"core_wait_s": 2.0}})
         return headline(load_view(path))
 
@@ -129,12 +138,7 @@ def test_headline_says_when_the_cores_read_slow_before_part_of_the_calls(tmp_pat
     median; readings in one group say nothing."""
 
     def run(path, cores):
-        writer = ResultsWriter(path)
-        n = len(cores)
-        writer.append(row_factory("fp16", "torch", median_ms=2.0, baseline_ms=2.0,
-                                  raw_ms=[2.0] * n, core_ns=cores))  # fmt: skip
-        writer.append(row_factory("llm_int8", "custom", median_ms=1.0, baseline_ms=2.0,
-                                  raw_ms=[1.0] * n, core_ns=cores))  # fmt: skip
+        _baseline_and_row(path, row_factory, {"core_ns": cores}, {"core_ns": cores})
         return [line for line in headline(load_view(path)) if line.startswith("The cores")]
 
     two = [18_000.0 + i for i in range(15)] + [33_000.0 + i for i in range(5)]
