@@ -619,10 +619,43 @@ def test_baseline_path_cli_prints_the_path_alone_on_stdout(tmp_path: Path, monke
     assert empty.exit_code == 1
 
 
+def test_baseline_update_says_a_kept_gate_tolerance_needs_measuring_again(tmp_path: Path):
+    """A baseline's gate.json (its measured speed tolerance) stays when the baseline is made
+    again from new rounds; the command says so, and keeps it."""
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+    from kernelbench.results.baseline import GATE_FILE
+
+    store = tmp_path / "baselines"
+    run = write_run(tmp_path / "run", standard_rows(), machine_env())
+    runner = CliRunner()
+    first = runner.invoke(app, ["baseline", "update", str(run), "--baselines-dir", str(store)])
+    assert first.exit_code == 0 and GATE_FILE not in first.output, first.output
+    dest = update_baseline(run, store)
+    (dest / GATE_FILE).write_text('{"speed_tol": 0.4}', encoding="utf-8")
+    again = runner.invoke(app, ["baseline", "update", str(run), "--baselines-dir", str(store)])
+    assert again.exit_code == 0 and "measure it again" in " ".join(again.output.split())
+    assert json.loads((dest / GATE_FILE).read_text(encoding="utf-8")) == {"speed_tol": 0.4}
+
+
 # --- the committed CPU baseline ----------------------------------------------------------------
 
 BASELINES_DIR = Path(__file__).resolve().parents[1] / "reports" / "baselines"
 COMMITTED = sorted(p.parent for p in BASELINES_DIR.rglob(RESULTS_FILE))
+
+
+@pytest.mark.parametrize(
+    "gate",
+    sorted(BASELINES_DIR.rglob("gate.json")),
+    ids=lambda p: str(p.parent.relative_to(BASELINES_DIR)),
+)
+def test_a_committed_gate_tolerance_is_a_share_and_says_how_it_was_measured(gate: Path):
+    """scripts/ci_gate.sh reads ``speed_tol`` from it; the measurement is data beside it."""
+    data = json.loads(gate.read_text(encoding="utf-8"))
+    assert 0 < float(data["speed_tol"]) < 1
+    assert "gate_noise.py" in data["measured"]
+    assert (gate.parent / RESULTS_FILE).is_file()
 
 
 @pytest.mark.skipif(not COMMITTED, reason="no committed baseline")

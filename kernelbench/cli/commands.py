@@ -585,13 +585,19 @@ def baseline_update(
     force: bool = typer.Option(False, help="Accept a run with failed rows"),
 ) -> None:
     """Make RUN_DIR the baseline of its device class (results.jsonl + env.json)."""
-    from kernelbench.results.baseline import BaselineError, update_baseline
+    from kernelbench.results.baseline import GATE_FILE, BaselineError, update_baseline
 
     try:
         dest = update_baseline(run_dir, baselines_dir, force=force)
     except BaselineError as exc:
         raise fail(str(exc)) from None
     console.print(f"baseline written: {dest}")
+    if (dest / GATE_FILE).is_file():
+        console.print(
+            f"{escape(str(dest / GATE_FILE))} keeps the speed tolerance measured on the old "
+            "rounds: measure it again on these (scripts/gate_noise.py)",
+            style="yellow",
+        )
 
 
 @baseline_app.command("path")
