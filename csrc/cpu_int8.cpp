@@ -362,23 +362,24 @@ void flush_cache_lines(uintptr_t begin, int64_t nbytes) {
   static const bool opt = cpu_has_clflushopt();
   const uintptr_t first = begin & ~uintptr_t{63};
   const uintptr_t last = begin + static_cast<uintptr_t>(nbytes);
-  const int64_t lines = static_cast<int64_t>((last - first + 63) / 64);
+  // the lines [first, last) of one thread, flushed and fenced: done before it goes on
+  auto flush = [](uintptr_t from, uintptr_t to) {
+    const char* p = reinterpret_cast<const char*>(from);
+    const char* end = reinterpret_cast<const char*>(to);
+    if (opt) flush_lines_opt(p, end); else flush_lines_plain(p, end);
+    _mm_mfence();
+  };
   const int team = nbytes < kParallelFlushBytes ? 1 : omp_get_max_threads();
   if (team <= 1) {  // no team for small spans (a call's scales, bias, activations)
-    const char* p = reinterpret_cast<const char*>(first);
-    const char* end = reinterpret_cast<const char*>(last);
-    if (opt) flush_lines_opt(p, end); else flush_lines_plain(p, end);
-    _mm_mfence();  // the flushes are done before whatever the caller does next
+    flush(first, last);
     return;
   }
+  const int64_t lines = static_cast<int64_t>((last - first + 63) / 64);
 #pragma omp parallel num_threads(team)
   {
     const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
-    const char* p = reinterpret_cast<const char*>(first + 64 * (lines * t / n));
-    const char* end = reinterpret_cast<const char*>(
-        std::min<uintptr_t>(last, first + 64 * static_cast<uintptr_t>(lines * (t + 1) / n)));
-    if (opt) flush_lines_opt(p, end); else flush_lines_plain(p, end);
-    _mm_mfence();  // each thread's flushes are done before the team ends
+    flush(first + 64 * static_cast<uintptr_t>(lines * t / n),
+          std::min<uintptr_t>(last, first + 64 * static_cast<uintptr_t>(lines * (t + 1) / n)));
   }
 }
 
