@@ -12,7 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernelbench.results.baseline import BaselineError, find_baseline, sanitize, update_baseline
+from kernelbench.results.baseline import (
+    GATE_FILE,
+    BaselineError,
+    find_baseline,
+    sanitize,
+    update_baseline,
+)
 from kernelbench.results.compare import ERROR_EPS, compare_runs, processor_key, render
 from kernelbench.results.schema import ENV_FILE, RESULTS_FILE, SCHEMA_VERSION, ResultRow
 
@@ -625,7 +631,6 @@ def test_baseline_update_says_a_kept_gate_tolerance_needs_measuring_again(tmp_pa
     from typer.testing import CliRunner
 
     from kernelbench.cli import app
-    from kernelbench.results.baseline import GATE_FILE
 
     store = tmp_path / "baselines"
     run = write_run(tmp_path / "run", standard_rows(), machine_env())
@@ -647,7 +652,7 @@ COMMITTED = sorted(p.parent for p in BASELINES_DIR.rglob(RESULTS_FILE))
 
 @pytest.mark.parametrize(
     "gate",
-    sorted(BASELINES_DIR.rglob("gate.json")),
+    sorted(BASELINES_DIR.rglob(GATE_FILE)),
     ids=lambda p: str(p.parent.relative_to(BASELINES_DIR)),
 )
 def test_a_committed_gate_tolerance_is_a_share_and_says_how_it_was_measured(gate: Path):
