@@ -10,6 +10,7 @@ from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import (
     CORE_BACKOFF_FACTOR,
     MAX_SCAN_BYTES,
+    PARTIAL_SCAN_BYTES,
     CacheEvictor,
     CallTimer,
     CoreGate,
@@ -343,12 +344,16 @@ def test_a_cold_cpu_timer_reads_the_bus_with_its_eviction():
 
 def test_a_last_level_cache_over_half_the_scan_cap_gets_a_short_scan_only_where_lines_flush():
     huge = {"L1d": 48 * 1024, "L2": 2 * 2**20, "L3": 300 * 2**20}
-    assert evict_bytes(huge, flushable=True) == MAX_SCAN_BYTES
+    assert evict_bytes(huge, flushable=True) == PARTIAL_SCAN_BYTES
     assert evict_bytes(huge, flushable=False) == 600 * 2**20  # nothing flushes: scan it all
     small = {"L3": 16 * 2**20}
     assert evict_bytes(small, flushable=True) == evict_bytes(small, flushable=False) == 32 * 2**20
+    at_cap = {"L3": MAX_SCAN_BYTES // 2}  # evicted whole, as far as the cap allows
+    assert evict_bytes(at_cap, flushable=True) == MAX_SCAN_BYTES
+    just_over = {"L3": MAX_SCAN_BYTES // 2 + 2**20}
+    assert evict_bytes(just_over, flushable=True) == PARTIAL_SCAN_BYTES
     # the short scan is the one flushed after each read (where the extension can flush)
-    assert scan_flushed(MAX_SCAN_BYTES, huge) == cpu_ext.available()
+    assert scan_flushed(PARTIAL_SCAN_BYTES, huge) == cpu_ext.available()
     assert not scan_flushed(600 * 2**20, huge) and not scan_flushed(32 * 2**20, small)
 
 

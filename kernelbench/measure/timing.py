@@ -9,7 +9,8 @@
 * Cold caches (``--cache cold``, the default): before every timed call, outside the timed
   region, the caches are evicted, so the call reads its weights and activations from memory as
   a model's layer does once per token. On the CPU a buffer of twice the last-level cache (read
-  from sysfs; at most :data:`MAX_SCAN_BYTES`, flushed after each read) is read by every thread
+  from sysfs; a shorter one, flushed after each read, where that is more than
+  :data:`MAX_SCAN_BYTES`) is read by every thread
   (:class:`CacheEvictor`), then the cache lines of the call's own tensors are flushed (the
   ``evict_own`` the caller passes): a scan does not evict what a scan-resistant last-level
   cache protects (:mod:`kernelbench.backends.residency`). On
@@ -276,29 +277,35 @@ def cache_sizes(root: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> dict
 #: The eviction buffer when sysfs names no cache (twice a 32 MB last-level cache).
 DEFAULT_EVICT_BYTES = 64 * 2**20
 
-#: The most the eviction scan reads where cache lines can be flushed. A larger last-level cache
-#: is not scanned twice over: on a 2-vCPU Xeon VM that reports a 300 MB L3, a 600 MB scan took
-#: 23-29 ms before every timed call (a 0.1 ms decode call among them), most of a sweep's time.
-#: What makes a call cold is the flush of its own tensors after the scan; the scan empties the
-#: private caches and reads the bus. Its buffer is flushed after each read, so the next read
-#: comes from memory again and stays a reading of the bus. Measured there
-#: (``tests/bench/cold_modes.py --d 768,2048,5140 --m 1,256``, time over rotating through 640 MB
-#: of weight copies as a model does), custom ``llm_int8``, bf16 and torch ``llm_int8``: at one
-#: token and d >= 2048 1.00-1.16 with this scan, 1.02-1.24 with the 600 MB one; at d = 768
-#: 1.14-1.24 and 1.20-1.42; at 256 tokens 0.97-1.11 and 1.00-1.16. The long scan also evicts
-#: what a model keeps in cache between layers (activations, temporaries, the interpreter).
+#: The most the eviction scan reads where cache lines can be flushed: a last-level cache up to
+#: half of it is scanned twice over (evicted whole; the 2-core Zen 5 VM's 32 MB L3).
 MAX_SCAN_BYTES = 64 * 2**20
+
+#: The scan where the last-level cache is larger than half of :data:`MAX_SCAN_BYTES`. No scan of
+#: bounded cost evicts it there (on a 2-vCPU Xeon VM that reports a 300 MB L3, a 600 MB scan
+#: took 23-29 ms before every timed call, most of a sweep's time): what makes a call cold is the
+#: flush of its own tensors after the scan; the scan empties the private caches (eight times
+#: the two 2 MB L2s there) and reads the bus. Its buffer is flushed after each read, so the next
+#: read comes from memory again and stays a reading of the bus. A longer scan evicts more of
+#: what a model keeps in cache between layers (activations, temporaries, the interpreter).
+#: Measured there (``tests/bench/cold_modes.py --d 768,2048,5140 --m 1,256``: time over
+#: rotating through 640 MB of weight copies as a model does), custom ``llm_int8``, bf16 and
+#: torch ``llm_int8``: at one token 0.98-1.17 after this scan and the flush, 1.00-1.24 after a
+#: 64 MB scan, 0.99-1.57 after the 600 MB one; at 256 tokens 0.93-1.03, 0.97-1.11 and
+#: 1.00-1.24. In one process, calls after this scan took 0.81-0.98 of those after a 64 MB one
+#: (the scans and flushes 1.4-2.1 ms a call instead of 5.0-5.8).
+PARTIAL_SCAN_BYTES = 16 * 2**20
 
 
 def evict_bytes(sizes: dict[str, int] | None = None, flushable: bool | None = None) -> int:
-    """Bytes the eviction scan reads: twice the largest cache (the last level), at most
-    :data:`MAX_SCAN_BYTES` when cache lines can be flushed (``flushable``; by default, whether
-    the CPU extension is built)."""
+    """Bytes the eviction scan reads: twice the largest cache (the last level); where cache
+    lines can be flushed (``flushable``; by default, whether the CPU extension is built) and
+    that is more than :data:`MAX_SCAN_BYTES`, :data:`PARTIAL_SCAN_BYTES`."""
     sizes = cache_sizes() if sizes is None else sizes
     full = 2 * max(sizes.values()) if sizes else DEFAULT_EVICT_BYTES
     if flushable is None:
         flushable = cpu_ext.available()
-    return min(full, MAX_SCAN_BYTES) if flushable else full
+    return PARTIAL_SCAN_BYTES if flushable and full > MAX_SCAN_BYTES else full
 
 
 def scan_flushed(nbytes: int, sizes: dict[str, int] | None = None) -> bool:
@@ -309,10 +316,11 @@ def scan_flushed(nbytes: int, sizes: dict[str, int] | None = None) -> bool:
 
 class CacheEvictor:
     """Evicts the CPU caches by reading a buffer of ``nbytes`` (twice the last-level cache,
-    at most :data:`MAX_SCAN_BYTES`) on all of torch's threads: afterwards the private caches
-    hold none of the next call's data, and an LRU last-level cache none either when the buffer
-    is twice its size; a scan-resistant one (AMD Zen 5) keeps data that every call re-reads, so
-    the timer also flushes each call's own tensors after the scan. Reading (not writing) leaves
+    or :data:`PARTIAL_SCAN_BYTES` where that is over :data:`MAX_SCAN_BYTES`) on all of torch's
+    threads: afterwards the private caches hold none of the next call's data, and an LRU
+    last-level cache none either when the buffer is twice its size; a scan-resistant one (AMD
+    Zen 5) keeps data that every call re-reads, so the timer also flushes each call's own
+    tensors after the scan. Reading (not writing) leaves
     no dirty lines for the timed call to write back. On a 2-core VM with a 32 MB L3, one
     eviction takes a few milliseconds, outside the timed region. A sequential read of twice the
     last-level cache misses it throughout, so the eviction's time is also a reading of the

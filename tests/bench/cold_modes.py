@@ -11,7 +11,7 @@ rep times, in a rotating order:
 * ``scan+flush``: the harness's ``--cache cold``: the scan, then the cache lines of the tensors
   the call reads flushed (``backends.residency``);
 * ``full+flush``: as ``scan+flush`` with a scan of twice the last-level cache, where the
-  harness's scan is shorter (``timing.MAX_SCAN_BYTES``): how much colder the long scan is;
+  harness's scan is shorter (``timing.PARTIAL_SCAN_BYTES``): how much colder the long scan is;
 * ``rotate``: the next runner in the rotation, nothing evicted: a model's layers, each weight
   read once per token, the reference the others are divided by.
 
