@@ -428,6 +428,14 @@ def per_call(row: pd.Series | dict, name: str) -> list:
     return list(values) if len(values) == len(raw) else []
 
 
+def run_calls(df: pd.DataFrame, name: str) -> list:
+    """Every row's per-call list ``name`` (:func:`per_call`) one after another: the run's
+    readings or waits, one per timed call; empty without that column."""
+    if not len(df) or name not in df:
+        return []
+    return [v for _, row in df.iterrows() for v in per_call(row, name)]
+
+
 def by_round(row: pd.Series | dict) -> RoundMedians:
     """:class:`RoundMedians` of a pooled row; empty when the row is unpaired or its rounds are
     not known (a row as written, an older pooled one)."""
@@ -498,9 +506,7 @@ def core_wait_note(df: pd.DataFrame) -> str:
     """One line when the run waited for fast cores before its timed calls
     (:class:`~kernelbench.measure.timing.CoreGate`): how often, how long in all, and how many
     waits ran out (those calls were taken on slow cores); empty when it never waited."""
-    if not len(df) or "core_wait_ms" not in df:
-        return ""
-    waits = [float(w) for _, row in df.iterrows() for w in per_call(row, "core_wait_ms")]
+    waits = [float(w) for w in run_calls(df, "core_wait_ms")]
     waited = [w for w in waits if w > 0]
     if not waited:
         return ""
@@ -522,9 +528,7 @@ def core_state_note(df: pd.DataFrame) -> str:
     machine's load (other processes, steal) does not show a host that shares the cores out;
     these readings do, and speedups over 16-bit differ between the two (bf16 slows more).
     Empty with one group or no readings."""
-    if not len(df) or "core_ns" not in df:
-        return ""
-    readings = [float(v) for _, row in df.iterrows() for v in per_call(row, "core_ns") if v]
+    readings = [float(v) for v in run_calls(df, "core_ns") if v]
     split = core_split(readings)
     if split is None:
         return ""
