@@ -777,6 +777,61 @@ def test_the_bandwidth_peak_of_one_host_drifts_within_its_wider_tolerance(tmp_pa
     assert "more than 75%" in cmp.not_comparable
 
 
+def test_one_host_whose_peak_rose_stays_comparable_with_its_earlier_runs(tmp_path: Path):
+    """The cache keeps the best call, which only rises: a host that read fp32 at 0.359 TOPS and
+    later at 0.455 (27% apart) is judged by the range of its readings, not by the new best."""
+    before = machine_env(int8=3.91, bf16=2.70, fp32=0.359, gbs=45.1)
+    after = machine_env(int8=4.34, bf16=3.24, fp32=0.455, gbs=58.4)
+    base = write_run(tmp_path / "base", standard_rows(), before)
+    slower = standard_rows(llm_int8=slowed(row("llm_int8"), 1.30))
+    unrecorded = write_run(tmp_path / "unrecorded", slower, after)
+    cmp = compare_runs(base, unrecorded)  # no readings kept: the best calls are all there is
+    assert cmp.exit_code == 3 and "fp32 peak 0.359 vs 0.455 TOPS" in cmp.not_comparable
+    for kind, unit, earlier in (
+        ("int8", "tops", 3.91),
+        ("16bit", "tops", 2.70),
+        ("fp32", "tops", 0.359),
+        ("bandwidth", "gbs", 45.1),
+    ):
+        after["peak"][kind]["readings"] = [earlier, after["peak"][kind][unit]]
+    recorded = write_run(tmp_path / "recorded", slower, after)
+    assert compare_runs(base, recorded).exit_code == 1  # one host: its slowdown is judged
+    assert compare_runs(recorded, base).not_comparable == ""  # symmetric
+    # a lower reading kept the old way (remeasured) widens the range as well
+    legacy = machine_env(int8=4.34, bf16=3.24, fp32=0.455, gbs=58.4)
+    legacy["peak"]["fp32"]["remeasured"] = {"tops": 0.36}
+    cmp = compare_runs(base, write_run(tmp_path / "legacy", slower, legacy))
+    assert cmp.exit_code == 1 and cmp.not_comparable == ""
+
+
+def test_another_host_is_told_apart_by_the_gap_between_the_ranges(tmp_path: Path):
+    """Readings that spread do not make every host comparable: the tolerance applies to the
+    gap between the two ranges, and the message shows them."""
+    spread = machine_env(int8=0.95)
+    spread["peak"]["int8"]["readings"] = [0.80, 0.95, 0.887]
+    base = write_run(tmp_path / "base", standard_rows(), spread)
+    fast = machine_env(int8=1.92, bf16=0.45)
+    fast["peak"]["int8"]["readings"] = [1.80, 1.92]
+    cmp = compare_runs(base, write_run(tmp_path / "fast", standard_rows(), fast))
+    assert cmp.exit_code == 3
+    assert "int8 peak 0.95 vs 1.92 TOPS (quiet readings 0.8-0.95 in 3 vs 1.8-1.92 in 2)" in (
+        cmp.not_comparable
+    )
+    assert "16bit" not in cmp.not_comparable  # 10%: within its tolerance
+    # 1.80 / 0.95: 89% apart; ranges 20% apart are one class of host
+    near = machine_env(int8=1.20)
+    near["peak"]["int8"]["readings"] = [1.14, 1.20]
+    assert compare_runs(base, write_run(tmp_path / "near", standard_rows(), near)).exit_code == 0
+
+
+def test_peak_gap_is_zero_for_overlapping_ranges_and_symmetric():
+    from kernelbench.results.compare import peak_gap
+
+    assert peak_gap((1.0, 0.8, 3), (0.9, 0.85, 2)) == 0.0
+    assert peak_gap((1.0, 0.8, 3), (1.5, 1.2, 2)) == pytest.approx(0.2)
+    assert peak_gap((1.5, 1.2, 2), (1.0, 0.8, 3)) == pytest.approx(0.2)
+
+
 def test_cpu_identity_reads_cpuinfo_and_sysfs_caches(tmp_path: Path):
     from kernelbench.run.env import cpu_identity
 

@@ -235,22 +235,39 @@ def test_a_remeasurement_keeps_a_higher_best_call_of_the_same_processor():
     }
     got = peak.keep_best(previous, fresh)
     assert got["int8"]["tops"] == 2.13 and got["int8"]["remeasured"]["tops"] == 2.02
-    assert got["16bit"] == fresh["16bit"]
+    assert got["16bit"] == {**fresh["16bit"], "readings": [1.00, 1.06]}
     assert got["bandwidth"]["gbs"] == 78.5 and got["bandwidth"]["remeasured"]["gbs"] == 54.2
-    assert got["first_touch"] == fresh["first_touch"]
-    # kept twice: the newest lower reading, never a chain of them
+    assert got["first_touch"] == fresh["first_touch"]  # a median: no readings kept
+    # every quiet reading is kept beside the best, which only rises
+    assert got["int8"]["readings"] == [2.13, 2.02] and got["bandwidth"]["readings"] == [78.5, 54.2]
+    # kept twice: the newest lower reading, never a chain of them; the readings grow
     again = peak.keep_best(got, {"int8": _entry(2.05)})
     assert again["int8"]["remeasured"] == {"tops": 2.05, "note": "best call 2.05", "load": None}
+    assert again["int8"]["readings"] == [2.13, 2.02, 2.05]
+    # an entry written before readings were kept: its best and its remeasured reading count
+    legacy = {"int8": {**_entry(2.13), "remeasured": {"tops": 1.9, "note": "", "load": None}}}
+    assert peak.keep_best(legacy, {"int8": _entry(2.3)})["int8"]["readings"] == [2.13, 1.9, 2.3]
+
+
+def test_a_peak_keeps_its_last_readings_only():
+    cached = {"int8": _entry(3.0)}
+    for i in range(peak.PEAK_READINGS_KEPT + 5):
+        cached = peak.keep_best(cached, {"int8": _entry(2.0 + i / 100)})
+    readings = cached["int8"]["readings"]
+    assert len(readings) == peak.PEAK_READINGS_KEPT and readings[-1] == 2.0 + 16 / 100
+    assert cached["int8"]["tops"] == 3.0  # the best stays though its reading aged out
 
 
 def test_a_remeasurement_replaces_figures_of_another_or_unknown_processor():
     other = {"int8": _entry(2.13, chip="AuthenticAMD-25-17-1")}
     unknown = {"int8": _entry(2.13, chip=None)}
     fresh = {"int8": _entry(1.0)}
-    assert peak.keep_best(other, fresh) == fresh
-    assert peak.keep_best(unknown, fresh) == fresh
+    # another host's readings are not this one's spread
+    own = {"int8": {**fresh["int8"], "readings": [1.0]}}
+    assert peak.keep_best(other, fresh) == own
+    assert peak.keep_best(unknown, fresh) == own
     assert peak.keep_best({"int8": _entry(2.13)}, {"int8": _entry(1.0, chip=None)}) == {
-        "int8": _entry(1.0, chip=None)
+        "int8": {**_entry(1.0, chip=None), "readings": [1.0]}
     }
 
 
@@ -263,6 +280,7 @@ def test_cached_peak_measures_once_and_keeps_the_best_when_remeasured(tmp_path, 
     assert peak.cached_peak(cpu)["int8"]["tops"] == 2.13  # cached: not measured again
     kept = peak.cached_peak(cpu, remeasure=True)["int8"]
     assert kept["tops"] == 2.13 and kept["remeasured"]["tops"] == 2.02
+    assert kept["readings"] == [2.13, 2.02]
     assert peak.cached_peak(cpu)["int8"] == kept  # what was written is what is read
 
 

@@ -569,6 +569,13 @@ def peak(
             console.print(
                 f"{'':>9}  kept: this measurement read {again} (a best call is a lower bound)"
             )
+        readings = entry.get("readings") or []
+        if len(readings) > 1:
+            fmt = "{:.1f}" if "gbs" in entry else "{:.3g}"
+            console.print(
+                f"{'':>9}  {len(readings)} quiet readings on this processor: "
+                f"{fmt.format(min(readings))}-{fmt.format(max(readings))}"
+            )
     console.print(f"cached in {cache_path(device_class(dev))}")
 
 

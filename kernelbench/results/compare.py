@@ -37,8 +37,10 @@ Comparable machines. One device class can hold different machines (one class nam
 processors, or one processor whose host gives it half the bandwidth): when both runs' env.json
 record the processor's identity (``cpu.identity``: vendor, family, model, stepping) and it
 differs, or a measured peak (``peak``: int8, 16-bit, fp32 TOPS, bandwidth) differs by more than
-its tolerance (:data:`PEAK_TOLS`), the machines are not comparable. Speed differences are then
-not judged (the rows' speed verdicts are ``unknown``, saying why) and, without an error
+its tolerance (:data:`PEAK_TOLS`), the machines are not comparable. A peak is judged by its
+range: from the lowest quiet reading the cache kept of it (``readings``) to its best call, the
+figure the rooflines use; two ranges that overlap are one host's own spread. Speed differences
+are then not judged (the rows' speed verdicts are ``unknown``, saying why) and, without an error
 regression, the exit code is 3. Runs that do not record these fields compare as before.
 
 Exit codes (:attr:`Comparison.exit_code`): 0 no regression, 1 regression, 2 unusable input
@@ -400,14 +402,53 @@ def compare_loaded_runs(
     return cmp
 
 
-def _peaks(env: dict) -> dict[str, float]:
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
+def peak_readings(entry: object, unit: str) -> list[float]:
+    """Every quiet measurement of one peak that its cache entry records: its ``readings``
+    (newest last), else the kept best call and the lower reading kept beside it
+    (``remeasured``), as entries written before readings were kept have them."""
+    if not isinstance(entry, dict):
+        return []
+    listed = entry.get("readings")
+    if isinstance(listed, list):
+        found = [v for v in map(_number, listed) if v is not None]
+        if found:
+            return found
+    lower = entry.get("remeasured")
+    lower = lower.get(unit) if isinstance(lower, dict) else None
+    return [v for v in (_number(entry.get(unit)), _number(lower)) if v is not None]
+
+
+def _peaks(env: dict) -> dict[str, tuple[float, float, int]]:
+    """Per peak kind: the figure a run's rooflines used (the best call, the range's top), the
+    lowest quiet reading of it the cache kept, and how many readings there were."""
     out = {}
     for kind, unit in PEAK_KINDS.items():
-        value = (env.get("peak") or {}).get(kind, {})
-        value = value.get(unit) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            out[kind] = float(value)
+        entry = (env.get("peak") or {}).get(kind)
+        best = _number(entry.get(unit)) if isinstance(entry, dict) else None
+        if best is None:
+            continue
+        readings = peak_readings(entry, unit)
+        out[kind] = (best, min([best, *readings]), max(1, len(readings)))
     return out
+
+
+def peak_gap(base: tuple[float, float, int], new: tuple[float, float, int]) -> float:
+    """How far apart two hosts' readings of one peak are, relative to the lower: 0 when the
+    ranges (lowest reading to best call) overlap, else the higher range's lowest reading over
+    the lower range's best, less one. A best call only rises as a host is measured again (the
+    cache keeps the best), so judging the best calls alone parted a host from itself."""
+    (b_best, b_low, _), (n_best, n_low, _) = base, new
+    if b_best < n_low:
+        return n_low / b_best - 1
+    if n_best < b_low:
+        return b_low / n_best - 1
+    return 0.0
 
 
 def processor_key(env: dict) -> str | None:
@@ -431,9 +472,15 @@ def _identity_differences(base_env: dict, new_env: dict) -> list[tuple[str, str,
     ]
 
 
+def _range(peak: tuple[float, float, int]) -> str:
+    best, low, count = peak
+    return f"{low:.3g}-{best:.3g} in {count}" if count > 1 else f"{best:.3g}"
+
+
 def machines_differ(base_env: dict, new_env: dict) -> str:
     """Why the machines of two runs are not comparable (``""``: comparable, or not known):
-    a different processor identity, or a measured peak differing by more than PEAK_TOL."""
+    a different processor identity, or a measured peak's readings further apart than its
+    tolerance (:func:`peak_gap`)."""
     why = []
     differ = _identity_differences(base_env, new_env)
     if differ:
@@ -441,13 +488,12 @@ def machines_differ(base_env: dict, new_env: dict) -> str:
         why.append(f"different processors ({pairs})")
     base, new = _peaks(base_env), _peaks(new_env)
     for kind in base.keys() & new.keys():
-        lo, hi = sorted((base[kind], new[kind]))
-        if hi / lo - 1 > PEAK_TOLS[kind]:
+        if peak_gap(base[kind], new[kind]) > PEAK_TOLS[kind]:
             unit = "GB/s" if PEAK_KINDS[kind] == "gbs" else "TOPS"
-            why.append(
-                f"{kind} peak {base[kind]:.3g} vs {new[kind]:.3g} {unit} "
-                f"(differs by more than {PEAK_TOLS[kind]:.0%})"
-            )
+            text = f"{kind} peak {base[kind][0]:.3g} vs {new[kind][0]:.3g} {unit}"
+            if base[kind][2] > 1 or new[kind][2] > 1:
+                text += f" (quiet readings {_range(base[kind])} vs {_range(new[kind])})"
+            why.append(f"{text} (apart by more than {PEAK_TOLS[kind]:.0%})")
     if not why:
         return ""
     return (

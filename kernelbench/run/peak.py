@@ -28,7 +28,7 @@ from kernelbench.core import work_flops
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import CallTimer, shared_core_gate
 from kernelbench.quant import Problem, QuantConfig
-from kernelbench.results.compare import processor_key
+from kernelbench.results.compare import peak_readings, processor_key
 from kernelbench.run.env import cpu_identity, device_class
 from kernelbench.run.load import Load, LoadSample, load_between, quiet_check, read_load
 from kernelbench.settings import default
@@ -265,6 +265,7 @@ def measure_peak(device: torch.device) -> dict:
                 "note": note,
                 "device_class": dclass,
                 "processor": chip,
+                "readings": [tops],
             }
     gbs, how = _bandwidth_gbs(engine, device)
     peak["bandwidth"] = {
@@ -273,6 +274,7 @@ def measure_peak(device: torch.device) -> dict:
         "note": f"best call of {how}, {threads} threads, {when}",
         "device_class": dclass,
         "processor": chip,
+        "readings": [gbs],
     }
     if device.type == "cpu":
         fresh = _engine(device, reuse_memory=False)
@@ -342,13 +344,22 @@ def measure_quiet_peak(
 BEST_CALL_FIGURES = ("int8", "16bit", "fp32", "bandwidth")
 
 
+#: Quiet readings of each best-call figure kept in the cache (newest last): the range over which
+#: one host's peak moves, against which ``compare`` tells another host apart
+#: (:func:`kernelbench.results.compare.peak_gap`).
+PEAK_READINGS_KEPT = 12
+
+
 def keep_best(previous: dict, fresh: dict) -> dict:
     """``fresh``, except that a best-call figure the ``previous`` peaks read higher on the same
     processor is kept, with the fresh reading beside it (``remeasured``): a best call is a lower
     bound of what the device can do, and a shared VM moves between states for minutes (on a
     2-core Zen 5 VM: int8 2.02 TOPS and bandwidth 78.5 GB/s one day, 2.13 and 54.2 the next,
     quiet both times), so a re-measurement in the slower state must not lower a roofline that
-    rows measured in the faster one reach. Figures without a recorded processor are replaced."""
+    rows measured in the faster one reach. Each best-call figure of the same processor also
+    keeps its last :data:`PEAK_READINGS_KEPT` readings (``readings``): the best only rises,
+    the readings say how far this host's own figure moves (on a 2-vCPU Xeon VM, fp32 read 0.359
+    and then 0.455 TOPS). Figures without a recorded processor are replaced."""
     out = {}
     for kind, entry in fresh.items():
         old = previous.get(kind)
@@ -364,7 +375,10 @@ def keep_best(previous: dict, fresh: dict) -> dict:
             }
             out[kind] = kept
         else:
-            out[kind] = entry
+            out[kind] = dict(entry)
+        if kind in BEST_CALL_FIGURES:
+            earlier = peak_readings(old, unit) if same_chip else []
+            out[kind]["readings"] = [*earlier, entry[unit]][-PEAK_READINGS_KEPT:]
     return out
 
 
