@@ -10,6 +10,14 @@ them as independent, but a row's ratio drifts between rounds minutes apart on a 
 more than within one round (torch's vectorwise at d=768 read 1.05-1.31 in four rounds, each
 with an interval under +-3%), and such an interval would claim a precision the next run does
 not reproduce.
+
+A bootstrap over three rounds still understates that drift: resampling three values cannot
+know how far a fourth would fall. So the pooled interval is at least Student's t interval of
+the rounds' (log) medians, centred on the pooled median (:func:`round_medians_halfwidth`):
+with 3 rounds its quantile is 4.30, not 1.96. Measured on a 2-vCPU Xeon VM, runs of one
+configuration repeated (the custom and torch int8 rows of 5 D.1 runs, 6 short runs, 5 default
+sweeps): with the bootstrap alone 15-28% of the pairs of runs differed by more than their
+intervals allowed (5% if the intervals held), with the t floor 5-8% (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -113,7 +121,9 @@ def rounds_median_interval(
     each resample draws the rounds with replacement, then values within each round with
     replacement. The interval so covers the drift between rounds as well as the scatter within
     them. (A round drawn twice in one resample reuses its one within-round resample: the
-    between-round stage is what this adds.) One round: :func:`median_interval`."""
+    between-round stage is what this adds.) It is widened, where narrower, to the t interval of
+    the rounds' medians around the pooled median (:func:`round_medians_halfwidth`; at 95% only).
+    One round: :func:`median_interval`."""
     rounds = [np.asarray(r, dtype=float) for r in per_round if len(r)]
     if len(rounds) < 2:
         return median_interval(rounds[0]) if rounds else None
@@ -133,8 +143,58 @@ def rounds_median_interval(
     )
     medians = _weighted_medians(values, weights)
     tail = (1.0 - confidence) / 2 * 100
-    lo, hi = np.percentile(medians, [tail, 100 - tail])
-    return float(lo), float(hi)
+    lo, hi = (float(v) for v in np.percentile(medians, [tail, 100 - tail]))
+    halfwidth = round_medians_halfwidth(rounds, equal_rounds) if confidence == CONFIDENCE else None
+    if halfwidth is not None:
+        all_values = np.concatenate(rounds)[None, :]
+        all_weights = np.concatenate(
+            [np.full(r.size, 1.0 / (r.size if equal_rounds else 1)) for r in rounds]
+        )[None, :]
+        pooled = float(_weighted_medians(all_values, all_weights)[0])
+        lo = min(lo, pooled * math.exp(-halfwidth))
+        hi = max(hi, pooled * math.exp(halfwidth))
+    return lo, hi
+
+
+#: Student's t quantiles at 0.975 by degrees of freedom (1-30); beyond, the Cornish-Fisher
+#: expansion of the normal quantile (within 0.1% of the exact value at 31 degrees).
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+_Z975 = 1.959964
+
+
+def t_quantile_975(dof: int) -> float:
+    """Student's t distribution's 0.975 quantile with ``dof`` degrees of freedom (>= 1)."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    if dof <= len(_T975):
+        return _T975[dof - 1]
+    z = _Z975
+    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+
+
+def round_medians_halfwidth(
+    per_round: Sequence[Sequence[float]], equal_rounds: bool = True
+) -> float | None:
+    """Half-width, on the log scale, of the 95% t interval of the mean of the rounds' log
+    medians (``None`` for fewer than two rounds or a value that is not positive): what the
+    rounds' scatter says of the drift between them, however few they are. With
+    ``equal_rounds=False`` each round weighs as many values as it has, and the t quantile
+    takes the rounds' effective number ((sum of weights)^2 / sum of squared weights)."""
+    rounds = [np.asarray(r, dtype=float) for r in per_round if len(r)]
+    if len(rounds) < 2 or not all(np.all(r > 0) for r in rounds):
+        return None
+    logs = np.log([float(np.median(r)) for r in rounds])
+    weights = np.array([1.0 if equal_rounds else float(r.size) for r in rounds])
+    weights /= weights.sum()
+    effective = 1.0 / float(np.sum(weights**2))
+    mean = float(np.sum(weights * logs))
+    variance = float(np.sum(weights * (logs - mean) ** 2)) * effective / (effective - 1)
+    dof = max(1, math.floor(effective - 1 + 1e-9))
+    return t_quantile_975(dof) * math.sqrt(variance / effective)
 
 
 def rel_halfwidth(value: float | None, lo: float | None, hi: float | None) -> float:

@@ -90,11 +90,35 @@ def test_torch_vectorwise_is_a_pair_that_does_not_apply(tmp_path, row_factory):
 
 
 def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
-    first, second = headline(load_view(run_dir))
+    first, second, third = headline(load_view(run_dir))
     assert first.startswith("Fastest over 16-bit (cpu-test-2core · layer ffn1 · 8 tokens)")
     assert "d=768: custom llm_int8 2.00x [1.90, 2.10]" in first
     assert "d=2048: custom llm_int8 2.00x" in first
     assert second.startswith("Precision: ") and "of 4 speedups" in second
+    # one round: its intervals do not cover the drift between runs, and the run says so
+    assert third.startswith("Each interval comes from one round")
+
+
+def test_a_run_of_several_rounds_has_no_single_round_note(tmp_path, row_factory):
+    writer = ResultsWriter(tmp_path)
+    for rnd, ms in enumerate((1.0, 1.05, 0.98)):
+        base = [2.0, 2.1, 1.9, 2.0]
+        writer.append(row_factory("fp16", "torch", median_ms=2.0, raw_ms=base, round=rnd))
+        writer.append(
+            row_factory(
+                "llm_int8",
+                "custom",
+                median_ms=ms,
+                raw_ms=[ms, ms * 1.02, ms * 0.99, ms],
+                baseline_raw_ms=base,
+                paired=True,
+                round=rnd,
+            )  # fmt: skip
+        )
+    df = load_view(tmp_path)
+    assert df.loc[df["method"] == "llm_int8", "rounds"].item() == 3
+    lines = headline(df)
+    assert len(lines) == 2 and not any("one round" in line for line in lines)
 
 
 def _baseline_and_row(path, row_factory, base_calls: dict, row_calls: dict) -> None:

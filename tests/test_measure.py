@@ -24,9 +24,11 @@ from kernelbench.measure.timing import CallTimer
 from kernelbench.statistics import (
     median_interval,
     rel_halfwidth,
+    round_medians_halfwidth,
     round_weights,
     rounds_median_interval,
     stats,
+    t_quantile_975,
     weighted_quantile,
 )
 
@@ -145,6 +147,66 @@ def test_pooled_interval_covers_the_drift_between_rounds():
     assert rounds_median_interval(per_round) == rounds_median_interval(per_round)
     assert rounds_median_interval([[1.0, 1.2, 0.9]]) == median_interval([1.0, 1.2, 0.9])
     assert rounds_median_interval([[1.0]]) is None and rounds_median_interval([]) is None
+
+
+def test_t_quantiles():
+    assert t_quantile_975(1) == 12.706 and t_quantile_975(2) == 4.303
+    assert t_quantile_975(30) == 2.042
+    assert t_quantile_975(31) == pytest.approx(2.0395, abs=2e-3)  # beyond the table
+    assert t_quantile_975(10_000) == pytest.approx(1.960, abs=1e-3)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_quantile_975(0)
+
+
+def test_round_medians_halfwidth_is_the_t_interval_of_their_logs():
+    per_round = [[1.0, 1.0, 1.0], [1.1, 1.1], [1.2]]
+    logs = np.log([1.0, 1.1, 1.2])
+    want = 4.303 * logs.std(ddof=1) / np.sqrt(3)
+    assert round_medians_halfwidth(per_round) == pytest.approx(want)
+    assert round_medians_halfwidth([[1.0, 2.0]]) is None  # one round: no drift to read
+    assert round_medians_halfwidth([[1.0], [0.0]]) is None
+    # weighed by their values, a round of one value counts for little, and the t quantile
+    # takes the effective number of rounds
+    big = [[1.0] * 40, [1.02] * 40, [0.98] * 40]
+    assert round_medians_halfwidth([*big, [2.0]], equal_rounds=False) < round_medians_halfwidth(
+        [*big, [2.0]]
+    )
+
+
+def test_three_rounds_that_disagree_get_the_t_interval_not_the_bootstraps():
+    """Three tight rounds at 1.0, 1.1 and 1.2: resampling three rounds cannot know how far a
+    fourth would fall; the t interval of their medians (quantile 4.30) can."""
+    gen = np.random.default_rng(11)
+    per_round = [list(m * (1 + 0.01 * gen.standard_normal(40))) for m in (1.0, 1.1, 1.2)]
+    lo, hi = rounds_median_interval(per_round)
+    half = round_medians_halfwidth(per_round)
+    assert half == pytest.approx(0.2266, abs=0.01)
+    assert lo < 0.9 and hi > 1.35
+    # at a confidence other than 95% only the bootstrap applies (the t table is for 95%)
+    blo, bhi = rounds_median_interval(per_round, confidence=0.9)
+    assert blo > lo and bhi < hi
+
+
+def _coverage(runs: int = 300) -> float:
+    """Share of simulated runs of 3 rounds (speedups moving by 5% sd between rounds, 2% within)
+    whose pooled interval covers the machine's typical speedup, 1.0."""
+    gen = np.random.default_rng(5)
+    covered = 0
+    for _ in range(runs):
+        per_round = [
+            list(np.exp(0.05 * gen.standard_normal()) * np.exp(0.02 * gen.standard_normal(20)))
+            for _ in range(3)
+        ]
+        lo, hi = rounds_median_interval(per_round)
+        covered += lo <= 1.0 <= hi
+    return covered / runs
+
+
+def test_pooled_intervals_cover_a_drifting_machine_as_often_as_they_claim(monkeypatch):
+    assert 0.90 <= _coverage() <= 0.995
+    # the two-stage bootstrap alone: about 80%
+    monkeypatch.setattr("kernelbench.statistics.round_medians_halfwidth", lambda *a, **k: None)
+    assert _coverage() < 0.85
 
 
 def test_rounds_can_weigh_by_their_pairs():

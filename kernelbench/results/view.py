@@ -373,6 +373,23 @@ def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     )
 
 
+def single_round_note(df: pd.DataFrame) -> str:
+    """A note when every measured speedup with an interval comes from one round (``--quick``,
+    ``--rounds 1``): such an interval covers the scatter within that round's seconds, not the
+    drift between rounds or runs, which on a shared host is larger (docs/benchmarks.md)."""
+    rows = _speedup_rows(df)
+    if "rounds" not in rows or "speedup_lo" not in rows:
+        return ""
+    rows = rows[rows["speedup_lo"].notna()]
+    if not len(rows) or (rows["rounds"].fillna(1) > 1).any():
+        return ""
+    return (
+        "Each interval comes from one round: it covers the scatter within that round, not the "
+        "drift between rounds or runs; pool rounds (--rounds, or kernelbench merge of several "
+        "runs) before reading a difference of a few percent."
+    )
+
+
 def slow_calls(row: pd.Series | dict) -> dict:
     """What the row's slow calls (above :data:`SLOW_FACTOR` x its median) saw: how many there
     are, how many of them faulted pages or were preempted, the most faults one call took, and
@@ -592,7 +609,8 @@ def placement_precision_line(
 def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     """The run in two lines: the fastest backend/method over the 16-bit baseline at the
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
-    interval), then the run's precision (:func:`precision_line`); then, when the host moved
+    interval), then the run's precision (:func:`precision_line`), and when its intervals come
+    from one round, :func:`single_round_note`; then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
     precision in each placement (:func:`placement_precision_line`); one when the cores read
     slow before part of the calls (:func:`core_state_note`) and one when it waited for fast
@@ -622,6 +640,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     target = df.attrs.get("ci_target") or default("ci_target")
     precision = precision_line(df, target)
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
+    if one_round := single_round_note(df):
+        lines.append(one_round)
     if placement := placement_note(df):
         lines.append(placement)
         if by_placement := placement_precision_line(df, target, states):
