@@ -288,3 +288,18 @@ def test_a_measured_peak_records_its_processor():
     assert peak.processor(torch.device("cpu")) == peak.processor_key(
         {"cpu": {"identity": peak.cpu_identity()}}
     )
+
+
+def test_kernelbench_peak_prints_the_range_of_its_readings(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+
+    monkeypatch.setenv("KERNELBENCH_CACHE", str(tmp_path))
+    readings = iter([{"int8": _entry(2.13)}, {"int8": _entry(2.02)}])
+    monkeypatch.setattr(peak, "measure_quiet_peak", lambda device: next(readings))
+    first = CliRunner().invoke(app, ["peak", "--device", "cpu"])
+    assert first.exit_code == 0 and "quiet readings" not in first.output
+    again = CliRunner().invoke(app, ["peak", "--device", "cpu", "--remeasure"])
+    text = " ".join(again.output.split())
+    assert again.exit_code == 0 and "2 quiet readings on this processor: 2.02-2.13" in text
