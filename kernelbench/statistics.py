@@ -146,11 +146,10 @@ def rounds_median_interval(
     lo, hi = (float(v) for v in np.percentile(medians, [tail, 100 - tail]))
     halfwidth = round_medians_halfwidth(rounds, equal_rounds) if confidence == CONFIDENCE else None
     if halfwidth is not None:
-        all_values = np.concatenate(rounds)[None, :]
-        all_weights = np.concatenate(
-            [np.full(r.size, 1.0 / (r.size if equal_rounds else 1)) for r in rounds]
-        )[None, :]
-        pooled = float(_weighted_medians(all_values, all_weights)[0])
+        pooled_values, pooled_weights = round_weights(rounds)
+        if not equal_rounds:
+            pooled_weights = [1.0] * len(pooled_values)
+        pooled = weighted_quantile(pooled_values, pooled_weights, 0.5)
         lo = min(lo, pooled * math.exp(-halfwidth))
         hi = max(hi, pooled * math.exp(halfwidth))
     return lo, hi
