@@ -278,6 +278,7 @@ def test_cached_peak_measures_once_and_keeps_the_best_when_remeasured(tmp_path, 
     cpu = torch.device("cpu")
     assert peak.cached_peak(cpu)["int8"]["tops"] == 2.13
     assert peak.cached_peak(cpu)["int8"]["tops"] == 2.13  # cached: not measured again
+    assert peak.cached_peak(cpu)["int8"]["readings"] == [2.13]  # the first reading is kept too
     kept = peak.cached_peak(cpu, remeasure=True)["int8"]
     assert kept["tops"] == 2.13 and kept["remeasured"]["tops"] == 2.02
     assert kept["readings"] == [2.13, 2.02]

@@ -265,7 +265,6 @@ def measure_peak(device: torch.device) -> dict:
                 "note": note,
                 "device_class": dclass,
                 "processor": chip,
-                "readings": [tops],
             }
     gbs, how = _bandwidth_gbs(engine, device)
     peak["bandwidth"] = {
@@ -274,7 +273,6 @@ def measure_peak(device: torch.device) -> dict:
         "note": f"best call of {how}, {threads} threads, {when}",
         "device_class": dclass,
         "processor": chip,
-        "readings": [gbs],
     }
     if device.type == "cpu":
         fresh = _engine(device, reuse_memory=False)
@@ -400,7 +398,7 @@ def cached_peak(device: torch.device, remeasure: bool = False) -> dict:
     if isinstance(previous, dict) and not remeasure:
         return previous  # ({} knows no peak: runs have no rooflines)
     fresh = measure_quiet_peak(device)
-    peak = keep_best(previous, fresh) if isinstance(previous, dict) else fresh
+    peak = keep_best(previous if isinstance(previous, dict) else {}, fresh)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(peak, indent=2), encoding="utf-8")
     return peak
