@@ -541,6 +541,11 @@ def merge(
     console.print(f"merged {len(runs)} runs: {len(rows)} rows ({ok} ok) -> {out}")
 
 
+def _peak_amount(value: float, field: str) -> str:
+    """A peak figure as ``kernelbench peak`` prints it: GB/s to 0.1, TOPS to 3 digits."""
+    return f"{value:.1f}" if field == "gbs" else f"{value:.3g}"
+
+
 @app.command()
 def peak(
     device: str = typer.Option("auto", help="cpu | cuda | auto"),
@@ -561,20 +566,20 @@ def peak(
     except PeakRefused as exc:
         raise fail(str(exc)) from None
     for kind, entry in found.items():
-        value = f"{entry['gbs']:.1f} GB/s" if "gbs" in entry else f"{entry['tops']:.3g} TOPS"
+        field, unit = ("gbs", "GB/s") if "gbs" in entry else ("tops", "TOPS")
+        value = f"{_peak_amount(entry[field], field)} {unit}"
         console.print(f"{kind:>9}: {value}  [dim]{escape(entry['note'])}[/dim]")
         lower = entry.get("remeasured")
         if lower:
-            again = f"{lower['gbs']:.1f} GB/s" if "gbs" in lower else f"{lower['tops']:.3g} TOPS"
+            again = f"{_peak_amount(lower[field], field)} {unit}"
             console.print(
                 f"{'':>9}  kept: this measurement read {again} (a best call is a lower bound)"
             )
         readings = entry.get("readings") or []
         if len(readings) > 1:
-            fmt = "{:.1f}" if "gbs" in entry else "{:.3g}"
             console.print(
                 f"{'':>9}  {len(readings)} quiet readings on this processor: "
-                f"{fmt.format(min(readings))}-{fmt.format(max(readings))}"
+                f"{_peak_amount(min(readings), field)}-{_peak_amount(max(readings), field)}"
             )
     console.print(f"cached in {cache_path(device_class(dev))}")
 
