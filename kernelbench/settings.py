@@ -135,9 +135,18 @@ SETTINGS: dict[str, Setting] = {
             "extra_round_budget_s",
             None,
             30.0,
-            "Seconds each extra round may take: a cell starts only while its last measured "
-            "time fits (rows within reach of the target first)",
+            "Seconds each extra round may take at least: a cell starts only while its last "
+            "measured time fits (rows within reach of the target first)",
             0.0,
+        ),
+        Setting(
+            "extra_share",
+            "--extra-share",
+            0.2,
+            "Extra rounds together may take this share of the planned rounds' time (each at "
+            "least a fixed minimum): a larger sweep measures more of its wide rows again",
+            0.0,
+            high=10.0,
         ),
         # kernelbench accuracy (the error study, no timing)
         Setting("seeds", "--seeds", 3, "Input draws per size", 1, high=100),

@@ -100,6 +100,7 @@ RANGE_CASES = [
     (["--threads", "0"], "--threads"),
     (["--rounds", "0"], "--rounds"),
     (["--extra-rounds", "-1"], "--extra-rounds"),
+    (["--extra-share", "-0.1"], "--extra-share"),
     (["--ci-target", "0"], "--ci-target"),
     (["--alpha", "-1"], "--alpha"),
     (["--alpha", "nan"], "--alpha"),

@@ -374,6 +374,8 @@ def test_cli_run_show_and_resume(tmp_path):
     env = json.loads((out / "env.json").read_text())
     assert env["device_class"].startswith("cpu-") and env["torch"] == torch.__version__
     assert env["rounds"] == 1 and env["ci_target"] == 0.05
+    assert env["extra_share"] == 0.2 and env["settings"]["extra_share"] == 0.2
+    assert env["extra_round_budget_s"] == 0.0  # no extra rounds asked for
     n_rows = len(read_rows(out / "results.jsonl"))
     assert n_rows == 4
     again = runner.invoke(app, [*args, "--resume"])

@@ -295,6 +295,19 @@ def test_an_extra_round_starts_only_the_cells_whose_last_time_fits_its_budget():
     assert len(list(fresh.paced(cells, budget_s=0.0))) == 3
 
 
+def test_extra_rounds_of_a_longer_sweep_get_a_share_of_its_time():
+    """Each extra round may take the share of the planned rounds' time split over the extra
+    rounds, and never less than the fixed minimum a short run gets."""
+    from kernelbench.run.plan import RunOptions, extra_round_budget
+
+    opts = RunOptions(extra_rounds=3, extra_share=0.2, extra_round_budget_s=30.0)
+    assert extra_round_budget(900.0, opts) == pytest.approx(60.0)  # 0.2 x 900 s / 3
+    assert extra_round_budget(60.0, opts) == 30.0  # a short run: the minimum
+    assert extra_round_budget(0.0, opts) == 30.0  # resumed with every planned row written
+    assert extra_round_budget(900.0, RunOptions(extra_rounds=0)) == 0.0
+    assert extra_round_budget(900.0, RunOptions(extra_rounds=3, extra_share=0.0)) == 30.0
+
+
 def test_peak_does_not_try_shapes_a_slow_path_would_take_minutes_on(monkeypatch):
     """A series is tried smallest shape first; once its rate is known, a shape whose call would
     exceed PEAK_MAX_CALL_S is not called (torch's bf16 GEMM on an AVX2 CPU: ~17 GFLOP/s)."""

@@ -276,6 +276,7 @@ def run(
     rounds: int = typer.Option(None, metavar="N", help=_profiled_help("rounds")),
     ci_target: float = typer.Option(None, metavar="FRACTION", help=_profiled_help("ci_target")),
     extra_rounds: int = typer.Option(None, metavar="N", help=_profiled_help("extra_rounds")),
+    extra_share: float = typer.Option(None, metavar="FRACTION", help=_profiled_help("extra_share")),
     threads: int = typer.Option(None, metavar="N", help=SETTINGS["threads"].help),
     budget: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("budget_s")),
     max_call: float = typer.Option(None, metavar="SECONDS", help=_profiled_help("max_call_s")),
@@ -317,6 +318,7 @@ def run(
             rounds=rounds,
             ci_target=ci_target,
             extra_rounds=extra_rounds,
+            extra_share=extra_share,
             threads=threads,
             core_wait_s=core_wait,
         )

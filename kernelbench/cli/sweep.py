@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def _settings(req: RunRequest, prep: _Prepared, dclass: str, threads: int) -> di
         "rounds": p.rounds,
         "ci_target": p.ci_target,
         "extra_rounds": p.extra_rounds,
+        "extra_share": p.extra_share,
         "cache": req.cache,
         "core_wait_s": p.core_wait_s,
         "device_class": dclass,
@@ -148,6 +150,7 @@ def _prepare(req: RunRequest) -> _Prepared:
             rounds=p.rounds,
             ci_target=p.ci_target,
             extra_rounds=p.extra_rounds,
+            extra_share=p.extra_share,
             cache=req.cache,
         )
         items = plan(the_case, opts)
@@ -242,6 +245,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         rounds=opts.rounds,
         ci_target=opts.ci_target,
         extra_rounds=opts.extra_rounds,
+        extra_share=opts.extra_share,
         quant=asdict(opts.cfg),
         profile=req.profile.name,
     )
@@ -303,7 +307,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     from kernelbench.results.schema import read_rows
     from kernelbench.run.cell import link_probe
     from kernelbench.run.load import LoadWatch
-    from kernelbench.run.plan import CellPacer, followup_items, max_call_s
+    from kernelbench.run.plan import CellPacer, extra_round_budget, followup_items, max_call_s
 
     # one class name covers processors 2x apart: name this one (vendor-family-model-stepping)
     processor = processor_key(prep.env)
@@ -321,10 +325,14 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     # cells one at a time, timed: an extra round starts only the cells that fit its budget
     # (Ray's executor takes every item at once: no pacing)
     pacer = CellPacer() if req.executor == "local" else None
+    extra_budget_s = None
     try:
         with sweep_progress(console) as progress:
             task = progress.add_task("starting", total=None, rows=0)
+            started = time.monotonic()
             _measure(prep, prep.items, writer, done, cost, progress, task, count, watch, pacer)
+            # a longer sweep gets longer extra rounds: a share of what its rounds took
+            extra_budget_s = extra_round_budget(time.monotonic() - started, prep.opts)
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
                 more = followup_items(
@@ -332,7 +340,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                     prep.env,
                     prep.items,
                     next_round,
-                    prep.opts.extra_round_budget_s,
+                    extra_budget_s,
                     row_budget_s=prep.opts.timer.budget_s,
                     link_now_ns=probe() if probe is not None else None,
                 )
@@ -349,7 +357,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                     count,
                     watch,
                     pacer,
-                    budget_s=prep.opts.extra_round_budget_s,
+                    budget_s=extra_budget_s,
                 )
     except KeyboardInterrupt:
         kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
@@ -362,19 +370,24 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     except ValueError as exc:  # an executor that cannot start (no GPU on the cluster...)
         raise fail(str(exc)) from None
     finally:
-        if watch is not None:
-            _record_load(req.out, watch.summary())
+        _record_after(req.out, watch.summary() if watch is not None else None, extra_budget_s)
 
 
-def _record_load(out: Path, load: dict) -> None:
-    """The load the run ran under, into its env.json (also when interrupted); said when busy."""
+def _record_after(out: Path, load: dict | None, extra_budget_s: float | None) -> None:
+    """What the run learnt while it ran, into its env.json (also when interrupted): the load
+    it ran under (said when busy), and the seconds each of its extra rounds could take."""
     from kernelbench.results.schema import load_env, write_env
     from kernelbench.results.view import busy_note
 
+    if load is None and extra_budget_s is None:
+        return
     env = load_env(out)
-    env["load"] = load
+    if load is not None:
+        env["load"] = load
+    if extra_budget_s is not None:
+        env["extra_round_budget_s"] = round(extra_budget_s, 1)
     write_env(out, env)
-    if load.get("busy"):
+    if load and load.get("busy"):
         console.print(f"[yellow]{escape(busy_note(load))}[/yellow]")
 
 

@@ -51,8 +51,11 @@ class RunOptions:
     #: the run measures its cell again while ``extra_rounds`` last, then says so.
     ci_target: float = default("ci_target")
     extra_rounds: int = default("extra_rounds")
-    #: Seconds each extra round may take (cheapest uncertain cells first; :class:`CellPacer`).
+    #: Seconds each extra round may take at least (cheapest uncertain cells first;
+    #: :class:`CellPacer`); :func:`extra_round_budget` gives a longer sweep more.
     extra_round_budget_s: float = default("extra_round_budget_s")
+    #: The extra rounds together may take this share of the planned rounds' wall time.
+    extra_share: float = default("extra_share")
     #: Memory (bytes) a local run may keep cells' inputs and runners in between rounds, so that
     #: a later round does not quantize the weights again; ``None``: a share of physical memory
     #: (:func:`kernelbench.run.prepared.default_limit_bytes`), 0: keep nothing.
@@ -261,6 +264,18 @@ def followup_items(
         WorkItem(cells[c].size, c[1], c[2], cells[c].dist, next_round, frozenset(pairs))
         for c, pairs in chosen.items()
     ]
+
+
+def extra_round_budget(planned_s: float, opts: RunOptions) -> float:
+    """Seconds each extra round may take when the planned rounds took ``planned_s``: an even
+    split of ``extra_share`` of that time over the extra rounds, at least
+    ``extra_round_budget_s``. A fixed budget served a small run's few wide cells whole (6
+    cells: 26-32 of 36 int8 rows within +-5%) but a 60-cell sweep only its cheapest few (75
+    of 240), most rows keeping the 3 rounds whose t interval alone is +-7-40%."""
+    if opts.extra_rounds <= 0:
+        return 0.0
+    share = opts.extra_share * max(planned_s, 0.0) / opts.extra_rounds
+    return max(opts.extra_round_budget_s, share)
 
 
 def _ms(value) -> float:

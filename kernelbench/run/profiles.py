@@ -29,6 +29,7 @@ class Profile:
     rounds: int = default("rounds")
     ci_target: float = default("ci_target")
     extra_rounds: int = default("extra_rounds")
+    extra_share: float = default("extra_share")
     threads: int | None = default("threads")
     min_pairs: int = default("min_pairs")
     core_wait_s: float = default("core_wait_s")
