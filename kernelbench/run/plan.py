@@ -269,9 +269,9 @@ def followup_items(
 def extra_round_budget(planned_s: float, opts: RunOptions) -> float:
     """Seconds each extra round may take when the planned rounds took ``planned_s``: an even
     split of ``extra_share`` of that time over the extra rounds, at least
-    ``extra_round_budget_s``. A fixed budget served a small run's few wide cells whole (6
-    cells: 26-32 of 36 int8 rows within +-5%) but a 60-cell sweep only its cheapest few (75
-    of 240), most rows keeping the 3 rounds whose t interval alone is +-7-40%."""
+    ``extra_round_budget_s``. A fixed budget served a small run's few wide cells whole (a
+    6-cell run: 26-32 of its 36 int8 rows within +-5%) but a 60-cell sweep only its cheapest
+    few (80 of 240 within), most rows keeping the 3 rounds whose t interval alone is +-7-40%."""
     if opts.extra_rounds <= 0:
         return 0.0
     share = opts.extra_share * max(planned_s, 0.0) / opts.extra_rounds
