@@ -304,3 +304,71 @@ def test_kernelbench_peak_prints_the_range_of_its_readings(tmp_path, monkeypatch
     again = CliRunner().invoke(app, ["peak", "--device", "cpu", "--remeasure"])
     text = " ".join(again.output.split())
     assert again.exit_code == 0 and "2 quiet readings on this processor: 2.02-2.13" in text
+
+
+def _low_then(fresh_tops: float, tmp_path, monkeypatch) -> list:
+    """A peak cache whose figures any row exceeds, and a re-measurement reading ``fresh_tops``
+    (bandwidth 1000x that in GB/s); returns the list the re-measurements are counted in."""
+    import json
+
+    cpu = torch.device("cpu")
+    chip = peak.processor(cpu)
+    low = {k: _entry(1e-6, chip) for k in ("int8", "16bit", "fp32")}
+    low["bandwidth"] = _entry(1e-3, chip, unit="gbs")
+    monkeypatch.setenv("KERNELBENCH_CACHE", str(tmp_path / "cache"))
+    path = peak.cache_path(peak.device_class(cpu))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(low), encoding="utf-8")
+    calls = []
+
+    def measure(device):
+        calls.append(device)
+        fresh = {k: _entry(fresh_tops, chip) for k in ("int8", "16bit", "fp32")}
+        return {**fresh, "bandwidth": _entry(fresh_tops * 1e3, chip, unit="gbs")}
+
+    monkeypatch.setattr(peak, "measure_quiet_peak", measure)
+    return calls
+
+
+def _tiny_run(out) -> str:
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch,custom"]
+    args += ["--methods", "fp16,llm_int8", "--out", str(out), "--budget", "0.02"]
+    args += ["--rounds", "1", "--extra-rounds", "0", "--no-report"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_rows_above_a_stale_cached_peak_make_the_run_measure_it_again(tmp_path, monkeypatch):
+    """A peak cached in a slower moment of the machine: the run measures the peaks again once
+    and reads its rows against them, instead of leaving them flagged."""
+    import json
+
+    from kernelbench.results.view import load_view
+
+    calls = _low_then(1e6, tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    said = _tiny_run(out)
+    assert len(calls) == 1 and "faster than the cached peaks allow" in said
+    assert "still above" in said and "0 of the" in said
+    assert json.loads((out / "env.json").read_text())["peak"]["int8"]["tops"] == 1e6
+    assert not load_view(out)["suspect"].fillna(False).astype(bool).any()
+    # the cache keeps the new best: the next run finds nothing above it
+    calls.clear()
+    again = _tiny_run(tmp_path / "again")
+    assert not calls and "faster than the cached peaks allow" not in again
+
+
+def test_rows_still_above_a_peak_measured_again_stay_flagged(tmp_path, monkeypatch):
+    from kernelbench.results.view import load_view
+
+    calls = _low_then(1e-6, tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    said = _tiny_run(out)
+    assert len(calls) == 1 and "still above" in said and " 0 of the" not in said
+    flagged = load_view(out)["suspect_reason"].fillna("").str.contains("above roofline")
+    assert flagged.any()
