@@ -203,12 +203,7 @@ def test_a_run_beside_a_busy_machine_says_so_and_records_it(tmp_path, monkeypatc
 
     monkeypatch.setattr(load, "read_load", _readings([(10.0, 2.0)] * 10_000))
     out = tmp_path / "run"
-    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch,custom"]
-    args += ["--methods", "fp16,llm_int8", "--out", str(out), "--budget", "0.02"]
-    args += ["--rounds", "1", "--extra-rounds", "0", "--no-report"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    said = " ".join(result.output.split())
+    said = _tiny_run(out)
     assert "The machine was busy while this run ran: other processes used" in said
     recorded = json.loads((out / "env.json").read_text())["load"]
     assert recorded["busy"] and recorded["other_cores"] > 1.5
@@ -331,6 +326,7 @@ def _low_then(fresh_tops: float, tmp_path, monkeypatch) -> list:
 
 
 def _tiny_run(out) -> str:
+    """A one-cell, one-round run into ``out``; its output on one line."""
     from typer.testing import CliRunner
 
     from kernelbench.cli import app

@@ -50,6 +50,10 @@ BYTE_RATES = ("bandwidth", "first_touch")
 #: A row is above its roofline only beyond this relative margin as well as beyond its interval:
 #: the peaks themselves are medians of a few measured calls.
 ROOFLINE_MARGIN = 0.05
+#: How each kind of physics flag's reason begins: readers of ``suspect_reason`` find the kind by
+#: it (the extra rounds retry an ordering contradiction; a run re-measures an exceeded peak).
+ORDERING = "ordering"
+ABOVE_ROOFLINE = "above roofline"
 
 
 def peaks(env: dict, device_class: str) -> dict[str, dict]:
@@ -121,7 +125,7 @@ def check_ordering(
                 allowance = output_allowance(a, b, peak or {}, outputs_reused)
                 if b.speedup_lo > a.speedup_hi * (1 + allowance):
                     reason = (
-                        f"ordering: {more} {_interval_text(b)} measured faster than {less} "
+                        f"{ORDERING}: {more} {_interval_text(b)} measured faster than {less} "
                         f"{_interval_text(a)}, which does less work"
                     )
                     if allowance:
@@ -190,7 +194,7 @@ def check_roofline(
         if best_case > roof * (1 + ROOFLINE_MARGIN):
             _flag(
                 row,
-                f"above roofline: {best_case / 1e12:.3g} TOPS at the slow end of its interval "
+                f"{ABOVE_ROOFLINE}: {best_case / 1e12:.3g} TOPS at the slow end of its interval "
                 f"> {roof / 1e12:.3g} TOPS attainable (a peak measured in a slower moment "
                 "of the machine, or under load? kernelbench peak --remeasure)",
             )

@@ -209,6 +209,7 @@ def followup_items(
     settle a row. A row is estimated as the engine times it: for its budget per round
     (``row_budget_s``, an uncertain row seldom meets its interval target sooner), and at
     least one pair (its time and its baseline's, measured so far)."""
+    from kernelbench.results.physics import ORDERING
     from kernelbench.results.states import state_of
     from kernelbench.results.view import pooled_view, state_view
 
@@ -219,7 +220,7 @@ def followup_items(
         return []
     ok = df[(df["status"] == "ok") & df["layer"].isin(layers)]
     ok = ok[[(b, m) != FP32 for b, m in zip(ok["backend"], ok["method"], strict=True)]]
-    ordering = ok["suspect_reason"].fillna("").str.contains("ordering")
+    ordering = ok["suspect_reason"].fillna("").str.contains(ORDERING)
     candidates = ok[ok["ci_wide"].fillna(False).astype(bool) | ordering]
     states = state_view(df, only=candidates.index)
     now = None
