@@ -295,6 +295,54 @@ def test_an_extra_round_starts_only_the_cells_whose_last_time_fits_its_budget():
     assert len(list(fresh.paced(cells, budget_s=0.0))) == 3
 
 
+def test_an_extra_round_estimates_a_cell_by_the_rows_it_measures_again():
+    """An extra round measures only a cell's uncertain rows (and their baseline): the cell's
+    last time is scaled to them, so a budget too small for the whole cell still takes it."""
+    from dataclasses import replace
+
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import CellPacer, RunOptions, plan
+
+    now = [0.0]
+    pacer = CellPacer(clock=lambda: now[0])
+    (cell,) = plan(load_case("gpt3"), RunOptions(sizes=(768,), tokens=(1,), rounds=1))
+    for item in pacer.paced([cell]):
+        for _ in range(9):  # the baseline and 8 other rows timed
+            pacer.note_row(item, timed=True)
+        pacer.note_row(item, timed=False)  # a skipped row costs nothing
+        now[0] += 20.0
+    assert pacer.rows[(768, "ffn1", 1)] == 9
+    extra = replace(cell, round=1, only=frozenset({("custom", "llm_int8")}))
+    assert pacer.estimate(extra) == 20.0 * 2 / 9
+    assert pacer.estimate(replace(cell, round=1)) == 20.0  # the whole cell again
+    assert list(pacer.paced([replace(cell, round=1)], budget_s=5.0)) == []
+    assert list(pacer.paced([extra], budget_s=5.0)) == [extra]
+
+
+def test_a_paced_sweep_chooses_its_extra_cells_by_their_measured_times(tmp_path, monkeypatch):
+    """The local executor's extra rounds are cut by the pacer (measured cell times), not by the
+    estimate from the calls that an unpaced executor uses."""
+    from typer.testing import CliRunner
+
+    import kernelbench.run.plan as plan_module
+    from kernelbench.cli import app
+
+    budgets = []
+    real = plan_module.followup_items
+
+    def recording(*args, **kwargs):
+        budgets.append(args[4] if len(args) > 4 else kwargs.get("budget_s"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_module, "followup_items", recording)
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
+    args += ["fp16,int8_raw", "--out", str(tmp_path / "run"), "--budget", "0.01", "--rounds"]
+    args += ["1", "--extra-rounds", "1", "--no-report"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert budgets == [None]
+
+
 def test_extra_rounds_of_a_longer_sweep_get_a_share_of_its_time():
     """Each extra round may take the share of the planned rounds' time split over the extra
     rounds, and never less than the fixed minimum a short run gets."""

@@ -375,12 +375,14 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
             extra_budget_s = extra_round_budget(time.monotonic() - started, prep.opts)
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
+                # paced, the round's cells are chosen by their measured times as they start;
+                # unpaced (Ray), by an estimate from their calls
                 more = followup_items(
                     read_rows(writer.path),
                     prep.env,
                     prep.items,
                     next_round,
-                    extra_budget_s,
+                    None if pacer is not None else extra_budget_s,
                     row_budget_s=prep.opts.timer.budget_s,
                     link_now_ns=probe() if probe is not None else None,
                 )
@@ -454,6 +456,8 @@ def _measure(
     for item, row in prep.runner.run(fed, prep.case, prep.opts, done):
         writer.append(row)
         count[0] += 1
+        if pacer is not None:
+            pacer.note_row(item, row.status == "ok")
         if watch is not None:
             watch.mark()
         pair = (row.backend, row.method)

@@ -286,25 +286,52 @@ def _ms(value) -> float:
 
 class CellPacer:
     """The wall time each cell took when it was last measured, and an extra round's cells
-    started only while they fit its budget: a cell's last time (all its rows, when that was a
-    full round) stands for its next, since a cost estimated from its calls misses what a cell
-    costs beside them (its inputs, runners, cache evictions: a one-token 175B cell of three
-    rows, estimated at 1.5 s from its calls, took 22). Feed the items an executor takes one
-    by one through :meth:`paced`: the time between handing out a cell and being asked for the
-    next is that cell's."""
+    started only while they fit its budget: a cell's last time stands for its next, scaled by
+    the rows measured then and now, each with the baseline they pair with (an extra round
+    measures only a cell's uncertain rows: timing a full cell's time against them left half of
+    a default sweep's extra budget unused). A cost estimated from the calls alone misses what a
+    cell costs beside them (its inputs, runners, cache evictions: a one-token 175B cell of
+    three rows, estimated at 1.5 s from its calls, took 22). Feed the items an executor takes
+    one by one through :meth:`paced` and the rows it returns through :meth:`note_row`: the time
+    between handing out a cell and being asked for the next is that cell's."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.seconds: dict[tuple[int, str, int], float] = {}
+        #: the timed rows of each cell's last measurement, its baseline's included (0: none)
+        self.rows: dict[tuple[int, str, int], int] = {}
+        self._counting: dict[tuple[int, str, int], int] = {}
+
+    @staticmethod
+    def _key(item: WorkItem) -> tuple[int, str, int]:
+        return (item.size.d_model, item.layer, item.tokens)
+
+    def note_row(self, item: WorkItem, timed: bool) -> None:
+        """A row of ``item`` came back; ``timed``: it was measured (not skipped or failed)."""
+        key = self._key(item)
+        if timed and key in self._counting:
+            self._counting[key] += 1
+
+    def estimate(self, item: WorkItem) -> float:
+        """The seconds ``item`` should take: its cell's last time (0: never measured), scaled
+        to the rows it measures when it measures only some (``item.only``)."""
+        key = self._key(item)
+        last = self.seconds.get(key, 0.0)
+        then = self.rows.get(key, 0)
+        if item.only is None or then <= 0:
+            return last
+        return last * min(1.0, (len(item.only) + 1) / then)  # + 1: the baseline
 
     def paced(self, items: Iterable[WorkItem], budget_s: float | None = None) -> Iterator[WorkItem]:
-        """``items`` in order; with ``budget_s``, those whose last time still fits in what is
+        """``items`` in order; with ``budget_s``, those whose estimate still fits in what is
         left of it (a cell never measured counts as free), the others skipped."""
         start = self.clock()
         for item in items:
-            key = (item.size.d_model, item.layer, item.tokens)
+            key = self._key(item)
             began = self.clock()
-            if budget_s is not None and began - start + self.seconds.get(key, 0.0) > budget_s:
+            if budget_s is not None and began - start + self.estimate(item) > budget_s:
                 continue
+            self._counting[key] = 0
             yield item
             self.seconds[key] = self.clock() - began
+            self.rows[key] = self._counting.pop(key)
