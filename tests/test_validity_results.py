@@ -120,6 +120,30 @@ def test_precision_line_counts_rows_within_the_target_and_the_median_width():
     assert precision_line(df[df["status"] == "skipped"], 0.05) == ""
 
 
+def test_precision_by_token_count_names_the_widest_when_beyond_reach():
+    from kernelbench.results.view import precision_by_tokens_line
+
+    df = pd.DataFrame(
+        {
+            "status": ["ok"] * 5,
+            "backend": ["custom", "custom", "torch", "custom", "custom"],
+            "method": ["llm_int8", "int8_raw", "fp16", "llm_int8", "int8_raw"],
+            "layer": ["ffn1"] * 5,
+            "tokens": [1, 1, 1, 2048, 2048],
+            "speedup": [2.0, 2.0, 1.0, 0.5, 0.5],
+            "speedup_lo": [1.96, 1.9, None, 0.4, 0.45],
+            "speedup_hi": [2.04, 2.1, None, 0.6, 0.55],
+            "ci_wide": [False, False, False, True, True],
+        }
+    )
+    line = precision_by_tokens_line(df, 0.05)
+    assert "1 token: 2 of 2 (3.5%); 2048 tokens: 0 of 2 (15.0%)." in line
+    assert "at 2048 tokens" in line and "--tokens 2048" in line
+    narrow = df.assign(speedup_lo=df["speedup"] * 0.97, speedup_hi=df["speedup"] * 1.03)
+    assert "--tokens" not in precision_by_tokens_line(narrow, 0.05)
+    assert precision_by_tokens_line(df[df["tokens"] == 1], 0.05) == ""  # one token count
+
+
 def test_the_report_says_how_the_rows_found_the_caches():
     from kernelbench.report import _cache_text
 

@@ -26,6 +26,7 @@ from kernelbench.results.view import (
     ci_target,
     headline,
     peak_exceeded_note,
+    precision_by_tokens_line,
     precision_line,
     slow_sixteen_bit_note,
     state_precision_lines,
@@ -198,6 +199,7 @@ def _single(run: data.Run) -> dict:
                 "peak_note": peak_exceeded_note(ok),
                 "caches": _cache_text(ok),
                 "precision": precision_line(ok, ci_target(run.env)),
+                "precision_by_tokens": precision_by_tokens_line(ok, ci_target(run.env)),
                 "states": _states(ok, ci_target(run.env)),
                 "paper_cell": (layer, tokens) == (data.PAPER_LAYER, data.PAPER_TOKENS),
                 "has_paper": bool(cell["paper_speedup"].notna().any())

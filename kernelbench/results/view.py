@@ -373,6 +373,42 @@ def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     )
 
 
+#: A token count whose median half-width is beyond this many times the target gets a hint.
+WITHIN_REACH_NOTE = 2.0
+
+
+def precision_by_tokens_line(df: pd.DataFrame, target: float) -> str:
+    """One line when the speedups span several token counts: for each, how many are within
+    ``target`` and their median half-width. A sweep spends its rounds alike on every cell and
+    a long cell gets no more of them, so its precision differs by token count (a default
+    sweep on a 2-vCPU Xeon VM: 4 of 48 int8 rows within +-5% at 2048 tokens, median 26%, and
+    27-38 of 48 at 1-256 tokens, 4.1-4.7%); empty with one token count."""
+    rows = _speedup_rows(df)
+    if not len(rows) or "tokens" not in rows or rows["tokens"].nunique() < 2:
+        return ""
+    parts, medians = [], {}
+    for tokens, at in rows.groupby("tokens"):
+        widths = rel_halfwidths(at).dropna() if "speedup_lo" in at else pd.Series(dtype=float)
+        wide = at["ci_wide"].fillna(False).astype(bool).sum() if "ci_wide" in at else 0
+        within = len(at) - int(wide)  # as precision_line counts them
+        median = f" ({widths.median():.1%})" if len(widths) else ""
+        if len(widths):
+            medians[int(tokens)] = float(widths.median())
+        parts.append(f"{tokens} token{'s' if tokens != 1 else ''}: {within} of {len(at)}{median}")
+    line = (
+        f"Precision by token count (speedups within ±{target:.0%}, median half-width): "
+        + "; ".join(parts)
+        + "."
+    )
+    widest = max(medians, key=medians.__getitem__, default=None)
+    if widest is not None and medians[widest] > WITHIN_REACH_NOTE * target:
+        line += (
+            f" The widest, at {widest} tokens, narrow with more rounds: a run of those alone "
+            f"(--tokens {widest}) spends all its rounds there."
+        )
+    return line
+
+
 def single_round_note(df: pd.DataFrame) -> str:
     """A note when every measured speedup with an interval comes from one round (``--quick``,
     ``--rounds 1``): such an interval covers the scatter within that round's seconds, not the
@@ -609,7 +645,8 @@ def placement_precision_line(
 def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     """The run in two lines: the fastest backend/method over the 16-bit baseline at the
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
-    interval), then the run's precision (:func:`precision_line`), and when its intervals come
+    interval), then the run's precision (:func:`precision_line`; with several token counts,
+    by token count: :func:`precision_by_tokens_line`), and when its intervals come
     from one round, :func:`single_round_note`; then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
     precision in each placement (:func:`placement_precision_line`); one when the cores read
@@ -640,6 +677,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     target = df.attrs.get("ci_target") or default("ci_target")
     precision = precision_line(df, target)
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
+    if by_tokens := precision_by_tokens_line(df, target):
+        lines.append(by_tokens)
     if one_round := single_round_note(df):
         lines.append(one_round)
     if placement := placement_note(df):
