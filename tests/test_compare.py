@@ -981,3 +981,31 @@ def test_a_speedup_that_moved_only_with_the_placements_mix_is_the_same(tmp_path:
     pairs = tables.paired(a.ok, b.ok, list(KEY_COLUMNS)).set_index("method")
     assert pairs.loc["llm_int8", "verdict"] == "same"
     assert pd.isna(pairs.loc["llm_int8", "speedup_ratio_lo"])
+
+
+def _shifted(changes: dict[str, list[float]]) -> list:
+    """Compared rows, one per (backend, cell): ``changes[backend][i]`` is cell i's change."""
+    from kernelbench.results.compare import RowComparison
+
+    rows = []
+    for backend, per_cell in changes.items():
+        for i, change in enumerate(per_cell):
+            key = ("gpt3", 768 * (i + 1), 2048, "ffn1", backend, "int8_raw", "cpu-x")
+            rows.append(RowComparison(key, "", "same", "speedup", 1.0, 1.0, change))
+    baseline = ("gpt3", 768, 2048, "ffn1", "torch", "fp16", "cpu-x")
+    return [*rows, RowComparison(baseline, "", "same", "speedup", 1.0, 1.0, 0.0)]
+
+
+def test_a_shift_every_backend_shares_is_said_and_one_backends_is_not():
+    from kernelbench.results.compare import common_shift_note
+
+    together = common_shift_note(_shifted({"torch": [-0.06] * 8, "custom": [-0.04] * 8}))
+    assert "read faster" in together and "8 of 8 cells" in together
+    assert "torch -6.0%" in together and "custom -4.0%" in together
+    # one backend's own change (its code) with the others steady: no common shift
+    assert common_shift_note(_shifted({"torch": [0.0] * 8, "custom": [-0.2] * 8})) == ""
+    assert common_shift_note(_shifted({"torch": [-0.01] * 8, "custom": [-0.2] * 8})) == ""
+    # cells that move both ways, or too few cells to tell: nothing said
+    mixed = [0.05, -0.05, 0.06, -0.04, 0.05, -0.06, 0.04, -0.05]
+    assert common_shift_note(_shifted({"torch": mixed, "custom": mixed})) == ""
+    assert common_shift_note(_shifted({"torch": [-0.06] * 4, "custom": [-0.06] * 4})) == ""

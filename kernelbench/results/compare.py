@@ -390,6 +390,8 @@ def compare_loaded_runs(
         cmp.notes.append(placement)
     if cores := core_speeds_differ(b_run, n_run):
         cmp.notes.append(cores)
+    if shift := common_shift_note(cmp.rows):
+        cmp.notes.append(shift)
     if cmp.not_comparable:
         for r in cmp.rows:
             if r.verdict in ("slower", "faster", "same"):
@@ -562,6 +564,65 @@ def core_speeds_differ(b_run: LoadedRun, n_run: LoadedRun) -> str:
         f"two threads before each timed call: median {base / 1e3:.1f} us in base, "
         f"{new / 1e3:.1f} us in new): on a host that shares its cores out, speedups over the "
         "16-bit baseline move with that as well as with the code"
+    )
+
+
+#: A shift common to every backend is said when its cells moved one way with a two-sided sign
+#: test below this, in at least this many cells, each backend's median beyond MIN_COMMON_SHIFT.
+COMMON_SHIFT_P = 0.05
+MIN_SHIFT_CELLS = 6
+MIN_COMMON_SHIFT = 0.02
+
+
+def _sign_test_p(agree: int, n: int) -> float:
+    """Two-sided sign test: the chance of ``agree`` or more of ``n`` coin flips one way."""
+    tail = sum(math.comb(n, k) for k in range(agree, n + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def common_shift_note(rows: Iterable[RowComparison]) -> str:
+    """A note when the speedups of every backend moved the same way between the runs: each
+    cell (a layer at a token count) contributes the median change of its rows compared through
+    their speedup, the cells' changes agree in sign beyond chance (:data:`COMMON_SHIFT_P`), and
+    each backend's median change goes the same way, beyond :data:`MIN_COMMON_SHIFT`. Such a
+    shift comes from the host or the 16-bit baseline every speedup is taken over, not from one
+    backend's code: on a 2-vCPU Xeon VM two D.1 runs of one commit, the host about 15% faster
+    during the second (core probe 12.6 against 14.9 us), read every backend's speedups 4-9%
+    higher there (medians), and seven torch rows "faster" beyond their intervals. Verdicts are
+    left as measured; the note says how much of a row's change the others share. Empty
+    otherwise."""
+    col = {c: KEY_COLUMNS.index(c) for c in ("backend", "method")}
+    by_cell: dict[tuple, list[float]] = {}
+    by_backend: dict[str, list[float]] = {}
+    for r in rows:
+        pair = (r.key[col["backend"]], r.key[col["method"]])
+        if r.metric != "speedup" or r.change is None or pair == BASELINE:
+            continue  # the baseline's own row reads 1x in both
+        growth = math.log1p(r.change)
+        cell = tuple(v for i, v in enumerate(r.key) if i not in col.values())
+        by_cell.setdefault(cell, []).append(growth)
+        by_backend.setdefault(r.key[col["backend"]], []).append(growth)
+    cells = [statistics.median(v) for v in by_cell.values()]
+    if len(cells) < MIN_SHIFT_CELLS or len(by_backend) < 2:
+        return ""
+    shift = statistics.median(cells)
+    same_way = sum(1 for c in cells if c * shift > 0)
+    backends = {b: statistics.median(v) for b, v in by_backend.items()}
+    if (
+        abs(math.expm1(shift)) < MIN_COMMON_SHIFT
+        or _sign_test_p(same_way, len(cells)) >= COMMON_SHIFT_P
+        or any(m * shift <= 0 or abs(math.expm1(m)) < MIN_COMMON_SHIFT for m in backends.values())
+    ):
+        return ""
+    way = "slower" if shift > 0 else "faster"
+    each = ", ".join(f"{b} {_pct(math.expm1(m))}" for b, m in sorted(backends.items()))
+    return (
+        f"every backend's rows read {way} over the 16-bit baseline in new: {same_way} of "
+        f"{len(cells)} cells moved that way (each cell's median change; sign test p = "
+        f"{_sign_test_p(same_way, len(cells)):.2g}), their time by a median "
+        f"{_pct(math.expm1(shift))}; each backend's median: {each}. A shift every backend "
+        "shares comes from the host or the baseline, not from one backend's code: read a "
+        "row's change against it"
     )
 
 
