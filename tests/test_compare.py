@@ -1009,3 +1009,70 @@ def test_a_shift_every_backend_shares_is_said_and_one_backends_is_not():
     mixed = [0.05, -0.05, 0.06, -0.04, 0.05, -0.06, 0.04, -0.05]
     assert common_shift_note(_shifted({"torch": mixed, "custom": mixed})) == ""
     assert common_shift_note(_shifted({"torch": [-0.06] * 4, "custom": [-0.06] * 4})) == ""
+
+
+def test_a_row_of_one_round_in_a_run_of_several_is_not_called_slower(tmp_path: Path):
+    """fp32 is timed in the first round only: its interval covers that round, so a change
+    beyond it is unknown, not slower, while the rows pooled from every round are judged."""
+
+    def rounds(slow: float) -> list[ResultRow]:
+        out = []
+        for r in range(3):
+            for x in standard_rows():
+                if x.method == "vectorwise" and r:
+                    continue  # the one-round row
+                changes = slowed(x, slow) if x.method != "fp16" and slow != 1.0 else {}
+                x = dataclasses.replace(x, round=r, **changes)
+                calls = [x.median_ms * (1 + 0.01 * (i % 3 - 1)) for i in range(20)]
+                out.append(dataclasses.replace(x, raw_ms=calls))
+        return out
+
+    base = write_run(tmp_path / "b", rounds(1.0))
+    new = write_run(tmp_path / "n", rounds(1.3))
+    got = by_method(compare_runs(base, new))
+    assert got["llm_int8"].verdict == "slower"
+    assert got["vectorwise"].verdict == "unknown"
+    assert "one round of a run of several" in got["vectorwise"].detail
+    # runs of one round each (--quick): judged as measured
+    single = by_method(
+        compare_runs(
+            write_run(tmp_path / "b1", standard_rows()),
+            write_run(
+                tmp_path / "n1",
+                [
+                    dataclasses.replace(x, **slowed(x, 1.3)) if x.method != "fp16" else x
+                    for x in standard_rows()
+                ],
+            ),
+        )
+    )
+    assert single["vectorwise"].verdict == "slower"
+
+
+def test_the_one_round_rule_is_the_verdict_modules_so_the_html_ab_report_shares_it():
+    from kernelbench.report.tables import paired
+    from kernelbench.results.verdict import SpeedCall, one_round_verdict
+
+    slower = SpeedCall("slower", "speedup", 1.0, 0.8, 0.25, 0.05, 0.1)
+    assert one_round_verdict(slower, {"rounds": 1}, {"rounds": 1}, 3, 3).verdict == "unknown"
+    assert one_round_verdict(slower, {"rounds": 3}, {"rounds": 3}, 3, 3).verdict == "slower"
+    assert one_round_verdict(slower, {"rounds": 1}, {"rounds": 1}, 1, 1).verdict == "slower"
+    keys = ["method"]
+    a = pd.DataFrame(
+        {
+            "method": ["fp32"],
+            "speedup": [0.20],
+            "speedup_lo": [0.199],
+            "speedup_hi": [0.201],
+            "paired": [True],
+            "median_ms": [5.0],
+            "rounds": [1],
+            "status": ["ok"],
+            "size": ["2.7B"],
+        }
+    )
+    b = a.assign(speedup=[0.16], speedup_lo=[0.159], speedup_hi=[0.161], median_ms=[6.2])
+    several = pd.DataFrame({"method": ["llm_int8"], "rounds": [3]})
+    assert paired(a, b, keys)["verdict"].iloc[0] == "slower"  # runs of one round each
+    mixed = paired(pd.concat([a, several]), pd.concat([b, several]), keys)
+    assert mixed.set_index("method").loc["fp32", "verdict"] == "unknown"

@@ -16,7 +16,12 @@ from kernelbench.core import TABLE1_PERPLEXITY
 from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
-from kernelbench.results.verdict import joint_split, placement_verdict, speed_verdict
+from kernelbench.results.verdict import (
+    joint_split,
+    one_round_verdict,
+    placement_verdict,
+    speed_verdict,
+)
 from kernelbench.results.view import StateView, state_shares_text
 from kernelbench.statistics import rel_halfwidth
 
@@ -485,12 +490,15 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
         a_ok.reindex(columns=readings).to_dict("records"),
         b_ok.reindex(columns=readings).to_dict("records"),
     )
+    # the most rounds any row of each run was pooled from (fp32's one round is then told apart)
+    most = [_most_rounds(ok) for ok in (a_ok, b_ok)]
     calls, by_placement = [], []
     for rec in merged.to_dict("records"):
         a, b = _side(rec, "_a"), _side(rec, "_b")
         pooled = speed_verdict(a, b, 0.0)
-        calls.append(placement_verdict(pooled, a, b, split, 0.0))
-        by_placement.append(calls[-1].verdict != pooled.verdict)
+        placed = placement_verdict(pooled, a, b, split, 0.0)
+        calls.append(one_round_verdict(placed, a, b, *most))
+        by_placement.append(placed.verdict != pooled.verdict)
     merged["verdict"] = [c.verdict for c in calls]
     # what the verdict judges: each run's speedup over its own 16-bit baseline, B / A
     nan = float("nan")
@@ -506,6 +514,14 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
     merged["speedup_ratio_lo"] = [r / (1 + n) for r, n in zip(ratios, noises, strict=True)]
     merged["speedup_ratio_hi"] = [r * (1 + n) for r, n in zip(ratios, noises, strict=True)]
     return merged
+
+
+def _most_rounds(ok: pd.DataFrame) -> int:
+    """The most rounds any row of a run's view was pooled from (1 without the column)."""
+    if "rounds" not in ok:
+        return 1
+    most = pd.to_numeric(ok["rounds"], errors="coerce").max()
+    return int(most) if most == most and most >= 1 else 1
 
 
 def _side(rec: dict, suffix: str) -> dict:

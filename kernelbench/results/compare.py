@@ -78,6 +78,7 @@ from kernelbench.results.states import BusSplit, far_share
 from kernelbench.results.verdict import (
     joint_split,
     link_readings,
+    one_round_verdict,
     placement_verdict,
     speed_verdict,
 )
@@ -190,6 +191,11 @@ class LoadedRun:
     def device_classes(self) -> set[str]:
         return {k[KEY_COLUMNS.index("device_class")] for k in self.rows}
 
+    @functools.cached_property
+    def most_rounds(self) -> int:
+        """The most rounds any of its rows was pooled from."""
+        return max((int(r.get("rounds") or 1) for r in self.rows.values()), default=1)
+
 
 def _check_row(path: Path, i: int, row: dict) -> None:
     for c in KEY_COLUMNS:
@@ -269,6 +275,7 @@ def _speed(
     (judged again in each placement of the threads, with ``split``: ``placement_verdict``)."""
     call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n))
     call = placement_verdict(call, b, n, split, tol)
+    call = one_round_verdict(call, b, n, base.most_rounds, new.most_rounds)
     rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
     rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change
     rc.noise, rc.band = call.noise, call.band

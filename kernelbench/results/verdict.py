@@ -28,6 +28,11 @@ every placement: ``same``; slower in one and the same in the other: ``slower``),
 call kept in its detail. On the Zen 5 VM two consecutive D.1 runs that met one complex for 53%
 and 68% of their calls differed by 10-36% on 15 rows pooled, and on none in either placement.
 
+One round. A row pooled from one round while its run has rows of several (``fp32``, timed in
+the first round only) has an interval that covers that round's seconds, not the drift between
+rounds: slower or faster beyond its band, it is ``unknown`` (:func:`one_round_verdict`). Runs of
+one round each (``--quick``) are judged as measured; the gate pools several.
+
 Spreads (2, 3) from a row pooled from R rounds enter as ``spread / sqrt(R)``: rounds are
 independent draws of the machine's state. A spread from fewer than :data:`MIN_SPREAD_SAMPLES`
 samples is not a measurement: a change beyond the tolerance with such a spread is ``unknown``.
@@ -212,3 +217,30 @@ def placement_verdict(
     return replace(
         call, verdict=verdict, detail=f"{call.detail}; {detail}" if call.detail else detail
     )
+
+
+def _rounds(row: dict) -> int:
+    value = row.get("rounds")
+    return int(value) if isinstance(value, int | float) and value == value and value >= 1 else 1
+
+
+def one_round_verdict(
+    call: SpeedCall, base: dict, new: dict, base_rounds: int, new_rounds: int
+) -> SpeedCall:
+    """``call``, made ``unknown`` when it is slower or faster and either row was pooled from one
+    round while its run has rows of several (``base_rounds``, ``new_rounds``: the most rounds
+    of any row of each run; fp32 is timed in the first round only): that row's interval covers
+    one round's seconds, not the drift between rounds that the others include. Two D.1 runs
+    of one commit on a 2-vCPU Xeon VM read torch ``fp32`` at 2.7B 0.2015x and 0.1619x, one
+    round each, "slower" beyond a +-10% band. Runs of one round each (``--quick``) keep
+    their verdicts."""
+    if call.verdict not in ("slower", "faster"):
+        return call
+    if not any(_rounds(r) == 1 < most for r, most in ((base, base_rounds), (new, new_rounds))):
+        return call
+    why = (
+        f"{call.verdict} beyond its band, but measured in one round of a run of several (fp32 "
+        "is timed in the first round only): its interval covers that round's seconds, not the "
+        "drift between rounds or runs"
+    )
+    return replace(call, verdict="unknown", detail=f"{call.detail}; {why}" if call.detail else why)
