@@ -312,10 +312,9 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
 
 def _rows_above_roofline(view) -> int:
     from kernelbench.results.physics import ABOVE_ROOFLINE
+    from kernelbench.results.view import flagged
 
-    if view.empty or "suspect_reason" not in view:
-        return 0
-    return int(view["suspect_reason"].fillna("").str.contains(ABOVE_ROOFLINE).sum())
+    return int(flagged(view, ABOVE_ROOFLINE).sum())
 
 
 def _cache_env(mode: str, device: str) -> dict:

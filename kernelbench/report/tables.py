@@ -18,6 +18,7 @@ from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.verdict import (
     joint_split,
+    most_rounds,
     one_round_verdict,
     placement_verdict,
     speed_verdict,
@@ -491,7 +492,7 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
         b_ok.reindex(columns=readings).to_dict("records"),
     )
     # the most rounds any row of each run was pooled from (fp32's one round is then told apart)
-    most = [_most_rounds(ok) for ok in (a_ok, b_ok)]
+    most = [most_rounds(ok.reindex(columns=["rounds"]).to_dict("records")) for ok in (a_ok, b_ok)]
     calls, by_placement = [], []
     for rec in merged.to_dict("records"):
         a, b = _side(rec, "_a"), _side(rec, "_b")
@@ -514,14 +515,6 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
     merged["speedup_ratio_lo"] = [r / (1 + n) for r, n in zip(ratios, noises, strict=True)]
     merged["speedup_ratio_hi"] = [r * (1 + n) for r, n in zip(ratios, noises, strict=True)]
     return merged
-
-
-def _most_rounds(ok: pd.DataFrame) -> int:
-    """The most rounds any row of a run's view was pooled from (1 without the column)."""
-    if "rounds" not in ok:
-        return 1
-    most = pd.to_numeric(ok["rounds"], errors="coerce").max()
-    return int(most) if most == most and most >= 1 else 1
 
 
 def _side(rec: dict, suffix: str) -> dict:

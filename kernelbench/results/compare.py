@@ -78,6 +78,7 @@ from kernelbench.results.states import BusSplit, far_share
 from kernelbench.results.verdict import (
     joint_split,
     link_readings,
+    most_rounds,
     one_round_verdict,
     placement_verdict,
     speed_verdict,
@@ -194,7 +195,7 @@ class LoadedRun:
     @functools.cached_property
     def most_rounds(self) -> int:
         """The most rounds any of its rows was pooled from."""
-        return max((int(r.get("rounds") or 1) for r in self.rows.values()), default=1)
+        return most_rounds(self.rows.values())
 
 
 def _check_row(path: Path, i: int, row: dict) -> None:

@@ -224,6 +224,11 @@ def _rounds(row: dict) -> int:
     return int(value) if isinstance(value, int | float) and value == value and value >= 1 else 1
 
 
+def most_rounds(rows: Iterable[dict]) -> int:
+    """The most rounds any of a run's ``rows`` was pooled from (1 without any)."""
+    return max(map(_rounds, rows), default=1)
+
+
 def one_round_verdict(
     call: SpeedCall, base: dict, new: dict, base_rounds: int, new_rounds: int
 ) -> SpeedCall:

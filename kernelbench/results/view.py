@@ -202,6 +202,14 @@ def peak_exceeded_note(df: pd.DataFrame) -> str | None:
 SLOW_FACTOR = 1.25
 
 
+def flagged(df: pd.DataFrame, kind: str) -> pd.Series:
+    """Whether each row carries a physics flag of ``kind`` (``physics.ORDERING``,
+    ``physics.ABOVE_ROOFLINE``): its ``suspect_reason`` names it."""
+    if "suspect_reason" not in df:
+        return pd.Series(False, index=df.index)
+    return df["suspect_reason"].fillna("").str.contains(kind, regex=False)
+
+
 def is_baseline(df: pd.DataFrame) -> pd.Series:
     """Which rows are the 16-bit baseline's (a boolean mask on ``df``'s index; an empty
     frame keeps its columns when masked with it, as a list mask would not)."""

@@ -211,7 +211,7 @@ def followup_items(
     least one pair (its time and its baseline's, measured so far)."""
     from kernelbench.results.physics import ORDERING
     from kernelbench.results.states import state_of
-    from kernelbench.results.view import pooled_view, state_view
+    from kernelbench.results.view import flagged, pooled_view, state_view
 
     target = float(recorded(env, "ci_target"))
     layers = {i.layer for i in items}
@@ -220,7 +220,7 @@ def followup_items(
         return []
     ok = df[(df["status"] == "ok") & df["layer"].isin(layers)]
     ok = ok[[(b, m) != FP32 for b, m in zip(ok["backend"], ok["method"], strict=True)]]
-    ordering = ok["suspect_reason"].fillna("").str.contains(ORDERING)
+    ordering = flagged(ok, ORDERING)
     candidates = ok[ok["ci_wide"].fillna(False).astype(bool) | ordering]
     states = state_view(df, only=candidates.index)
     now = None
