@@ -360,20 +360,24 @@ def state_precision_lines(states: StateView, target: float) -> list[str]:
     ]
 
 
+def _precision(rows: pd.DataFrame) -> tuple[int, pd.Series]:
+    """Of measured speedups: how many are within the run's target (not flagged ``ci_wide``),
+    and the relative half-widths of those with an interval."""
+    wide = int(rows["ci_wide"].fillna(False).astype(bool).sum()) if "ci_wide" in rows else 0
+    if {"speedup_lo", "speedup_hi"} <= set(rows.columns):
+        widths = rel_halfwidths(rows).dropna()
+    else:
+        widths = pd.Series(dtype=float)
+    return len(rows) - wide, widths
+
+
 def precision_line(df: pd.DataFrame, target: float | None = None) -> str:
     """One line: how many measured speedups have a 95% interval within the run's target, of
     all, and the median relative half-width. Empty without a measured speedup."""
     rows = _speedup_rows(df)
     if not len(rows):
         return ""
-    wide = rows["ci_wide"].fillna(False).astype(bool) if "ci_wide" in rows else None
-    within = len(rows) - (int(wide.sum()) if wide is not None else 0)
-    bounded = rows
-    if {"speedup_lo", "speedup_hi"} <= set(rows.columns):
-        bounded = rows[rows["speedup_lo"].notna() & rows["speedup_hi"].notna()]
-        widths = rel_halfwidths(bounded)
-    else:
-        widths = pd.Series(dtype=float)
+    within, widths = _precision(rows)
     target_text = f"±{target:.0%}" if target else "the run's target"
     median = f"median half-width {widths.median():.1%}" if len(widths) else "no intervals"
     return (
@@ -396,9 +400,7 @@ def precision_by_tokens_line(df: pd.DataFrame, target: float) -> str:
         return ""
     parts, medians = [], {}
     for tokens, at in rows.groupby("tokens"):
-        widths = rel_halfwidths(at).dropna() if "speedup_lo" in at else pd.Series(dtype=float)
-        wide = at["ci_wide"].fillna(False).astype(bool).sum() if "ci_wide" in at else 0
-        within = len(at) - int(wide)  # as precision_line counts them
+        within, widths = _precision(at)
         median = f" ({widths.median():.1%})" if len(widths) else ""
         if len(widths):
             medians[int(tokens)] = float(widths.median())
