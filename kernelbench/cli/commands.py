@@ -483,11 +483,14 @@ def show(
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="One run directory, or two for A/B"),
     output: Path = typer.Option(None, "-o", "--output", help="HTML file to write"),
+    baselines: Path = typer.Option(
+        Path("reports/baselines"), help="Where kept baselines and their spreads are (A/B)"
+    ),
 ) -> None:
     """Write a self-contained HTML report (two directories: side by side with ratios)."""
     if len(run_dirs) not in (1, 2):
         raise fail("give one run directory, or two for an A/B report")
-    write_report(run_dirs, output, strict=True)
+    write_report(run_dirs, output, strict=True, baselines=baselines)
 
 
 @app.command()
@@ -500,15 +503,34 @@ def compare(
     backend: list[str] = typer.Option(
         None, "--backend", help="Give verdicts for this backend's rows only (repeatable)"
     ),
+    between_runs: bool = typer.Option(
+        True,
+        help="Add the spread between runs kept for the runs' processor (kernelbench spread) "
+        "to each run's noise",
+    ),
+    baselines: Path = typer.Option(
+        Path("reports/baselines"), help="Where kept baselines and their spreads are"
+    ),
 ) -> None:
     """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input),
     3 (the machines are not comparable: speed not judged)."""
-    from kernelbench.results.compare import FORMATS, compare_runs, render
+    from kernelbench.results.compare import FORMATS, compare_runs, load_run, render
+    from kernelbench.results.schema import SchemaError
+    from kernelbench.results.spread import SpreadError, machine_of, spread_for
 
     if fmt not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}")
+    spread = None
+    if between_runs:
+        try:
+            machines = [machine_of(r.device_classes, r.env) for r in map(load_run, (base, new))]
+            spread = spread_for(*machines, baselines)
+        except SchemaError:
+            spread = None  # compare_runs says what is wrong with the input
+        except SpreadError as exc:
+            raise fail(str(exc)) from None
     try:
-        result = compare_runs(base, new, speed_tol, error_tol, backend or None)
+        result = compare_runs(base, new, speed_tol, error_tol, backend or None, spread)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if result.problem:
@@ -520,6 +542,45 @@ def compare(
         raise typer.Exit(result.exit_code)
     typer.echo(render(result, fmt), nl=False)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def spread(
+    runs: list[Path] = typer.Argument(..., help="Runs of one machine, two or more of a commit"),
+    save: bool = typer.Option(
+        False, help="Keep it in gate.json beside the processor's baseline, for compare"
+    ),
+    baselines: Path = typer.Option(
+        Path("reports/baselines"), help="Where kept baselines and their spreads are"
+    ),
+) -> None:
+    """How far runs of one commit on this machine differ beyond their own intervals: the
+    spread per run that ``compare`` adds to each run's noise."""
+    from kernelbench.results.spread import SpreadError, measure_spread, save_spread
+
+    try:
+        fit = measure_spread(runs)
+    except SpreadError as exc:
+        raise fail(str(exc)) from None
+    beyond = sum(p.beyond() for p in fit.pairs)
+    lines = [
+        f"{fit.device_class} ({fit.processor or 'processor not recorded'}): {fit.spread.source}",
+        f"beyond their own 95% intervals: {beyond} of {len(fit.pairs)} pairs "
+        f"({fit.beyond_share:.1%}; 5% if they covered what the next run reads)",
+        f"spread between runs: {fit.spread.describe()}",
+    ]
+    for name, value in sorted(fit.spread.by_backend.items()):
+        pairs = [p for p in fit.pairs if p.backend == name]
+        own = sum(p.beyond() for p in pairs)
+        left = sum(p.beyond(value) for p in pairs)
+        lines.append(f"  {name}: {len(pairs)} pairs, {own} beyond their intervals, {left} with it")
+    if save:
+        try:
+            path = save_spread(fit, baselines)
+        except (SpreadError, OSError) as exc:
+            raise fail(str(exc)) from None
+        lines.append(f"kept in {path}")
+    typer.echo("\n".join(lines))
 
 
 @app.command()

@@ -43,17 +43,23 @@ def skipped_lines_reported():
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
-def write_report(dirs: list[Path], output: Path | None, strict: bool = False) -> None:
+def write_report(
+    dirs: list[Path],
+    output: Path | None,
+    strict: bool = False,
+    baselines: Path = Path("reports/baselines"),
+) -> None:
     """Write the HTML report; a run's own report is a courtesy (a problem is a warning), the
     ``report`` command's is the point (a problem is exit 2)."""
     from kernelbench.results.schema import SchemaError
+    from kernelbench.results.spread import SpreadError
 
     try:
         from kernelbench.report import write_report
 
         with skipped_lines_reported():
-            path = write_report(dirs, output)
-    except (ImportError, SchemaError, OSError) as exc:
+            path = write_report(dirs, output, baselines)
+    except (ImportError, SchemaError, SpreadError, OSError) as exc:
         if strict:
             raise fail(f"no report written: {exc}") from None
         typer.echo(f"warning: no report written: {' '.join(str(exc).split())}", err=True)

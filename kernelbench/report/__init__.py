@@ -21,7 +21,10 @@ import jinja2
 from kernelbench import __version__
 from kernelbench.core import is_not_applicable
 from kernelbench.report import data, plots, tables
+from kernelbench.results.baseline import DEFAULT_DIR
 from kernelbench.results.schema import KEY_COLUMNS
+from kernelbench.results.spread import machine_of, spread_for
+from kernelbench.results.verdict import RunSpread
 from kernelbench.results.view import (
     ci_target,
     headline,
@@ -39,11 +42,15 @@ __all__ = ["write_report", "render_report"]
 TEMPLATE = "template.html.j2"
 
 
-def write_report(run_dirs: list[Path], output: Path | None = None) -> Path:
+def write_report(
+    run_dirs: list[Path], output: Path | None = None, baselines_dir: Path = DEFAULT_DIR
+) -> Path:
     """Write the report of one run, or the A/B comparison of two, and return its path.
 
     One directory: ``<dir>/report.html`` unless ``output`` is given. Two directories (A, B):
-    per-cell ratios B / A, written to ``output`` or ``<second dir>/compare.html``.
+    per-cell ratios B / A, written to ``output`` or ``<second dir>/compare.html``, their
+    verdicts with the spread between runs kept in ``baselines_dir`` for the runs' processor
+    (as ``compare``'s).
     """
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) not in (1, 2):
@@ -52,12 +59,17 @@ def write_report(run_dirs: list[Path], output: Path | None = None) -> Path:
     default = "report.html" if len(runs) == 1 else "compare.html"
     out = Path(output) if output is not None else runs[-1].path / default
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(runs), encoding="utf-8")
+    between = None
+    if len(runs) == 2:
+        a, b = (machine_of(set(r.ok["device_class"]), r.env) for r in runs)
+        between = spread_for(a, b, baselines_dir)
+    out.write_text(render_report(runs, between), encoding="utf-8")
     return out
 
 
-def render_report(runs: list[data.Run]) -> str:
-    context = _single(runs[0]) if len(runs) == 1 else _compare(runs[0], runs[1])
+def render_report(runs: list[data.Run], between: RunSpread | None = None) -> str:
+    """``between``: the spread between runs of the two runs' processor (A/B only)."""
+    context = _single(runs[0]) if len(runs) == 1 else _compare(runs[0], runs[1], between)
     context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     context["version"] = __version__
     return _template().render(**context)
@@ -219,12 +231,12 @@ def _single(run: data.Run) -> dict:
     }
 
 
-def _compare(a: data.Run, b: data.Run) -> dict:
+def _compare(a: data.Run, b: data.Run, between: RunSpread | None = None) -> dict:
     classes_a, classes_b = set(a.ok["device_class"]), set(b.ok["device_class"])
     one_each = len(classes_a) == 1 and len(classes_b) == 1 and classes_a != classes_b
     # Two single-machine runs on different machines: compare cell for cell across them.
     keys = [c for c in KEY_COLUMNS if not (one_each and c == "device_class")]
-    pairs = tables.paired(a.ok, b.ok, keys)
+    pairs = tables.paired(a.ok, b.ok, keys, between)
     groups = []
     if one_each:
         label = f"A: {next(iter(classes_a))} · B: {next(iter(classes_b))}"
@@ -257,5 +269,12 @@ def _compare(a: data.Run, b: data.Run) -> dict:
         "accuracy": None,
         "unmatched": tables.unmatched_rows(a.ok, b.ok, keys),
         "unmatched_keys": keys,
+        "between": (
+            f"Verdicts and bands include the spread between runs measured on this processor, "
+            f"{between.describe()}: {between.source}."
+            if between is not None
+            else "Bands cover each run's own rounds only: no spread between runs is kept for "
+            "the runs' processor (kernelbench spread), or they ran on different machines."
+        ),
         "problems": problems,
     }

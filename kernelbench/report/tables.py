@@ -17,6 +17,7 @@ from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.verdict import (
+    RunSpread,
     joint_split,
     most_rounds,
     one_round_verdict,
@@ -471,7 +472,9 @@ _PAIR_FIELDS = [
 ]
 
 
-def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def paired(
+    a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str], between: RunSpread | None = None
+) -> pd.DataFrame:
     """Rows measured in both runs, with the time ratio B/A (below 1: B is faster), the ratio
     of their speedups over 16-bit B/A (``speedup_ratio``) and the verdict of
     :func:`kernelbench.results.verdict.speed_verdict` on it, judged again in each placement of
@@ -481,7 +484,9 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
     ``speedup_ratio_lo`` / ``_hi``: the verdict's noise band around the speedup ratio,
     ``r / (1 + noise)`` to ``r * (1 + noise)``; at zero tolerance the verdict is faster or
     slower exactly when the band leaves out 1. NaN where the verdict did not compare
-    speedups, a spread behind its noise was not measured, or the placements decided it."""
+    speedups, a spread behind its noise was not measured, or the placements decided it.
+    ``between``: the spread between runs kept for the runs' processor, in each run's noise as
+    in ``compare``."""
     cols = [*keys, *(c for c in _PAIR_FIELDS if c in a_ok.columns and c in b_ok.columns)]
     merged = a_ok[cols].merge(b_ok[cols], on=keys, suffixes=("_a", "_b"))
     merged["size"] = merged["size_b"].where(merged["size_b"].astype(bool), merged["size_a"])
@@ -496,8 +501,9 @@ def paired(a_ok: pd.DataFrame, b_ok: pd.DataFrame, keys: list[str]) -> pd.DataFr
     calls, by_placement = [], []
     for rec in merged.to_dict("records"):
         a, b = _side(rec, "_a"), _side(rec, "_b")
-        pooled = speed_verdict(a, b, 0.0)
-        placed = placement_verdict(pooled, a, b, split, 0.0)
+        drift = between.for_backend(str(rec["backend"])) if between is not None else 0.0
+        pooled = speed_verdict(a, b, 0.0, between=drift)
+        placed = placement_verdict(pooled, a, b, split, 0.0, drift)
         calls.append(one_round_verdict(placed, a, b, *most))
         by_placement.append(placed.verdict != pooled.verdict)
     merged["verdict"] = [c.verdict for c in calls]

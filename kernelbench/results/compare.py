@@ -13,7 +13,9 @@ the relative growth of the row's (normalised) time: ``+0.20`` is 20% slower.
 Noise band. The speed verdict is :func:`kernelbench.results.verdict.speed_verdict`, the same
 function the HTML A/B report uses: a row is ``slower`` only beyond both ``speed_tol`` and the two
 runs' noise (each speedup's 95% interval where it has one), and ``unknown`` when the noise was not
-measured. Rows of one key (a run's rounds) are pooled first
+measured. Each run's noise is widened by the spread between runs kept for their processor, when
+one is (:mod:`kernelbench.results.spread`): a run's interval covers the drift between its
+rounds, not the host's drift between runs. Rows of one key (a run's rounds) are pooled first
 (:func:`kernelbench.results.merge.pool_rows`). Where both runs record the threads' link (cold
 CPU runs on a host that moves them between one core complex and two), a row called slower or
 faster pooled is judged again in each placement both runs met it in
@@ -76,6 +78,7 @@ from kernelbench.results.schema import (
 )
 from kernelbench.results.states import BusSplit, far_share
 from kernelbench.results.verdict import (
+    RunSpread,
     joint_split,
     link_readings,
     most_rounds,
@@ -271,11 +274,14 @@ def _speed(
     new: LoadedRun,
     tol: float,
     split: BusSplit | None = None,
+    between: RunSpread | None = None,
 ) -> None:
     """Fill the speed fields of ``rc`` from :func:`kernelbench.results.verdict.speed_verdict`
-    (judged again in each placement of the threads, with ``split``: ``placement_verdict``)."""
-    call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n))
-    call = placement_verdict(call, b, n, split, tol)
+    (judged again in each placement of the threads, with ``split``: ``placement_verdict``;
+    ``between``: the processor's spread between runs, added to each run's noise)."""
+    drift = between.for_backend(str(b["backend"])) if between is not None else 0.0
+    call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n), drift)
+    call = placement_verdict(call, b, n, split, tol, drift)
     call = one_round_verdict(call, b, n, base.most_rounds, new.most_rounds)
     rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
     rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change
@@ -308,6 +314,7 @@ def _compare_row(
     error_tol: float,
     rounding: float = 0.0,
     split: BusSplit | None = None,
+    between: RunSpread | None = None,
 ):
     b, n = base.rows.get(key), new.rows.get(key)
     rc = RowComparison(key=key, label=_label(n or b), verdict="unknown")
@@ -325,7 +332,7 @@ def _compare_row(
             rc.verdict = "failed" if n["status"] == "failed" or not over_budget else "unknown"
         rc.detail = f"base {b['status']}, new {n['status']}: {n.get('reason') or b.get('reason')}"
         return rc
-    _speed(rc, b, n, base, new, speed_tol, split)
+    _speed(rc, b, n, base, new, speed_tol, split, between)
     _error(rc, b, n, error_tol, rounding)
     return rc
 
@@ -342,11 +349,14 @@ def compare_runs(
     speed_tol: float = SPEED_TOL,
     error_tol: float = ERROR_TOL,
     backends: list[str] | None = None,
+    between: RunSpread | None = None,
 ) -> Comparison:
     """Compare run NEW against run BASE (run directories or ``results.jsonl`` files).
 
     ``backends`` limits the verdicts to those backends' rows (a project gating its own kernels);
-    the other rows still serve as the 16-bit baseline of their cell. Never raises on bad input
+    the other rows still serve as the 16-bit baseline of their cell. ``between``: the spread
+    between runs measured on the runs' processor (:mod:`kernelbench.results.spread`), added to
+    each run's noise on a speedup. Never raises on bad input
     files: an unusable input gives a Comparison with ``problem`` set
     and ``exit_code == 2``. Negative or non-finite tolerances are a programming error
     (:class:`ValueError`)."""
@@ -355,7 +365,7 @@ def compare_runs(
         b_run, n_run = load_run(Path(base)), load_run(Path(new))
     except SchemaError as exc:
         return Comparison(str(base), str(new), speed_tol, error_tol, problem=str(exc))
-    return compare_loaded_runs(b_run, n_run, speed_tol, error_tol, backends)
+    return compare_loaded_runs(b_run, n_run, speed_tol, error_tol, backends, between)
 
 
 def compare_loaded_runs(
@@ -364,6 +374,7 @@ def compare_loaded_runs(
     speed_tol: float = SPEED_TOL,
     error_tol: float = ERROR_TOL,
     backends: list[str] | None = None,
+    between: RunSpread | None = None,
 ) -> Comparison:
     """:func:`compare_runs` on runs already read with :func:`load_run` (e.g. to compare many
     pairs, or an edited copy of a run, without writing files)."""
@@ -392,8 +403,17 @@ def compare_loaded_runs(
         cmp.notes.append(f"verdicts for backend(s) {', '.join(backends)} only")
     rounding = CROSS_PROCESSOR_ERROR_TOL if _identity_differences(b_run.env, n_run.env) else 0.0
     split = joint_split(b_run.rows.values(), n_run.rows.values())
-    cmp.rows = [_compare_row(k, b_run, n_run, speed_tol, error_tol, rounding, split) for k in keys]
     cmp.not_comparable = machines_differ(b_run.env, n_run.env)
+    if cmp.not_comparable:
+        between = None  # measured on one processor; speeds are not judged anyway
+    cmp.rows = [
+        _compare_row(k, b_run, n_run, speed_tol, error_tol, rounding, split, between) for k in keys
+    ]
+    if between is not None:
+        cmp.notes.append(
+            f"bands include the spread between runs measured on this processor, "
+            f"{between.describe()}: {between.source}"
+        )
     if placement := placements_differ(b_run, n_run, split):
         cmp.notes.append(placement)
     if cores := core_speeds_differ(b_run, n_run):

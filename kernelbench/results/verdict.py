@@ -33,6 +33,13 @@ the first round only) has an interval that covers that round's seconds, not the 
 rounds: slower or faster beyond its band, it is ``unknown`` (:func:`one_round_verdict`). Runs of
 one round each (``--quick``) are judged as measured; the gate pools several.
 
+Between runs. A run's rounds are minutes apart; the host drifts over longer times too, so two
+runs of one commit differ by more than their intervals allow (on a 2-vCPU Xeon VM, 31% of the
+pairs of custom and torch int8 rows of 12 short runs beyond their combined intervals, in one
+state of the host's cores). A :class:`RunSpread` measured on a processor (``kernelbench
+spread``, :mod:`kernelbench.results.spread`) enters each run's noise on a speedup as one more
+half-width: ``speed_verdict(..., between=...)``.
+
 Spreads (2, 3) from a row pooled from R rounds enter as ``spread / sqrt(R)``: rounds are
 independent draws of the machine's state. A spread from fewer than :data:`MIN_SPREAD_SAMPLES`
 samples is not a measurement: a change beyond the tolerance with such a spread is ``unknown``.
@@ -42,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kernelbench.results.states import BusSplit, bus_split, call_readings, state_speedups
 from kernelbench.statistics import rel_halfwidth
@@ -63,6 +70,25 @@ class SpeedCall:
     detail: str = ""
     #: how many of the spreads behind ``noise`` were not measured (then entered as 0)
     unmeasured: int = 0
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """How far one run's speedups fall from another's on one processor beyond their own
+    intervals: a relative 95% half-width per run, pooled (``halfwidth``) and per backend where
+    measured (``by_backend``); ``source`` says where and how it was measured."""
+
+    halfwidth: float
+    by_backend: dict[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    def for_backend(self, backend: str) -> float:
+        return self.by_backend.get(backend, self.halfwidth)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{b} +-{v:.1%}" for b, v in sorted(self.by_backend.items()))
+        each = f" ({parts})" if parts else ""
+        return f"+-{self.halfwidth:.1%} per run{each}"
 
 
 def _positive(v) -> bool:
@@ -111,9 +137,13 @@ def speed_verdict(
     tol: float,
     base_baseline: dict | None = None,
     new_baseline: dict | None = None,
+    between: float = 0.0,
 ) -> SpeedCall:
     """Verdict of ``new`` against ``base`` (two ok rows of one key); ``*_baseline``: the 16-bit
-    baseline row of each run's cell, whose spread enters an unpaired speedup's noise."""
+    baseline row of each run's cell, whose spread enters an unpaired speedup's noise;
+    ``between``: the processor's spread between runs (a relative 95% half-width per run,
+    :class:`RunSpread`), added to each run's noise on a speedup (it was measured on speedups,
+    not on raw times)."""
     notes = []
     sb, sn = speedup_of(base), speedup_of(new)
     via_speedup = sb is not None and sn is not None
@@ -128,7 +158,8 @@ def speed_verdict(
     spreads = row_noise(base, base_baseline, via_speedup) + row_noise(
         new, new_baseline, via_speedup
     )
-    noise = math.sqrt(sum((s or 0.0) ** 2 for s in spreads))
+    drift = [between, between] if via_speedup and between > 0 else []
+    noise = math.sqrt(sum((s or 0.0) ** 2 for s in spreads + drift))
     band = max(tol, noise)
     speed_gain = 1.0 / (1.0 + change) - 1.0  # relative growth of speed
     verdict = "slower" if change > band else "faster" if speed_gain > band else "same"
@@ -185,7 +216,12 @@ def _by_state(row: dict, split: BusSplit) -> dict[str, dict]:
 
 
 def placement_verdict(
-    call: SpeedCall, base: dict, new: dict, split: BusSplit | None, tol: float
+    call: SpeedCall,
+    base: dict,
+    new: dict,
+    split: BusSplit | None,
+    tol: float,
+    between: float = 0.0,
 ) -> SpeedCall:
     """``call`` (the pooled verdict of ``base`` against ``new``), judged again in each
     placement of the threads both rows have an interval in when it is slower or faster: the
@@ -197,7 +233,11 @@ def placement_verdict(
     near, far = split.near_far_states
     names = {near: "on one core complex", far: "on two"}
     b, n = _by_state(base, split), _by_state(new, split)
-    calls = {st: speed_verdict(b[st], n[st], tol) for st in (near, far) if st in b and st in n}
+    calls = {
+        st: speed_verdict(b[st], n[st], tol, between=between)
+        for st in (near, far)
+        if st in b and st in n
+    }
     if not calls:
         return call
     told = "; ".join(
