@@ -168,3 +168,20 @@ def test_a_malformed_kept_spread_is_an_error_naming_the_file(tmp_path: Path):
         app, ["compare", str(base), str(base), "--baselines", str(tmp_path / "baselines")]
     )
     assert out.exit_code != 0 and "halfwidth must be in" in out.output
+
+
+def test_one_run_says_what_is_known_of_the_spread_between_runs(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # show and the report read reports/baselines here
+    run = drifted_run(tmp_path / "run", 0.0)
+    cli = CliRunner()
+    shown = cli.invoke(app, ["show", str(run)])
+    assert shown.exit_code == 0, shown.output
+    assert "how far another run on this machine reads beyond them is not measured" in shown.output
+    runs = [run, drifted_run(tmp_path / "r2", 0.1)]
+    assert cli.invoke(app, ["spread", *map(str, runs), "--save"]).exit_code == 0
+    shown = cli.invoke(app, ["show", str(run)])
+    assert "Between runs on this processor a speedup moves beyond its interval by" in " ".join(
+        shown.output.split()
+    )
+    html = write_report([run], tmp_path / "one.html").read_text()
+    assert "Between runs on this processor a speedup moves beyond its interval" in html

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from kernelbench.cli.common import (
+    between_runs_line,
     console,
     err_console,
     fail,
@@ -474,7 +475,14 @@ def show(
         raise fail(str(exc)) from None
     # the headline and the state tables split the same readings: once
     by_state = state_view(df) if states else None
-    print_tables(df, console, skipped_table=skipped, all_wide=wide, states=by_state)
+    print_tables(
+        df,
+        console,
+        skipped_table=skipped,
+        all_wide=wide,
+        states=by_state,
+        between_line=between_runs_line(run_dir, df["device_class"].unique()),
+    )
     if states:
         print_state_tables(df, console, by_state)
 
@@ -556,6 +564,7 @@ def spread(
 ) -> None:
     """How far runs of one commit on this machine differ beyond their own intervals: the
     spread per run that ``compare`` adds to each run's noise."""
+    from kernelbench.results.schema import KEY_COLUMNS
     from kernelbench.results.spread import SpreadError, measure_spread, save_spread
 
     try:
@@ -574,6 +583,15 @@ def spread(
         own = sum(p.beyond() for p in pairs)
         left = sum(p.beyond(value) for p in pairs)
         lines.append(f"  {name}: {len(pairs)} pairs, {own} beyond their intervals, {left} with it")
+    tokens_at = KEY_COLUMNS.index("tokens")
+    for tokens in sorted({p.key[tokens_at] for p in fit.pairs}):
+        pairs = [p for p in fit.pairs if p.key[tokens_at] == tokens]
+        own = sum(p.beyond() for p in pairs)
+        left = sum(p.beyond(fit.spread.for_backend(p.backend)) for p in pairs)
+        lines.append(
+            f"  {tokens} tokens: {len(pairs)} pairs, {own} beyond their intervals, {left} with "
+            "the spread"
+        )
     if save:
         try:
             path = save_spread(fit, baselines)

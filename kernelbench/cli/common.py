@@ -4,6 +4,7 @@ skipped result lines, and writing a run's report."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +42,24 @@ def skipped_lines_reported():
                 typer.echo(f"warning: {w.message}", err=True)
             else:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def between_runs_line(
+    run_dir: Path, device_classes: Iterable[str], baselines: Path = Path("reports/baselines")
+) -> str:
+    """The spread between runs kept for the machine of the run in ``run_dir`` (its rows'
+    ``device_classes``), as a line (:func:`~kernelbench.results.spread.spread_line`); a kept
+    file that cannot be read is said, not fatal to showing the run."""
+    from kernelbench.results.schema import SchemaError, load_env, results_path
+    from kernelbench.results.spread import SpreadError, machine_of, spread_for, spread_line
+
+    try:
+        machine = machine_of(device_classes, load_env(results_path(run_dir).parent))
+        return spread_line(spread_for(machine, machine, baselines))
+    except SchemaError:
+        return ""  # no usable env.json: the run is shown, nothing is said of other runs
+    except SpreadError as exc:
+        return f"The kept spread between runs is not readable: {exc}"
 
 
 def write_report(

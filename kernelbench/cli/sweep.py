@@ -17,7 +17,13 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from kernelbench.cli.common import console, fail, skipped_lines_reported, write_report
+from kernelbench.cli.common import (
+    between_runs_line,
+    console,
+    fail,
+    skipped_lines_reported,
+    write_report,
+)
 from kernelbench.run import profiles
 from kernelbench.settings import default
 
@@ -225,7 +231,8 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
 
     view = _remeasure_exceeded_peak(req, prep)
     with skipped_lines_reported():
-        print_tables(view, console)
+        line = between_runs_line(req.out, view["device_class"].unique())
+        print_tables(view, console, between_line=line)
     if not no_report:
         write_report([req.out], None)
 

@@ -23,7 +23,7 @@ from kernelbench.core import is_not_applicable
 from kernelbench.report import data, plots, tables
 from kernelbench.results.baseline import DEFAULT_DIR
 from kernelbench.results.schema import KEY_COLUMNS
-from kernelbench.results.spread import machine_of, spread_for
+from kernelbench.results.spread import machine_of, spread_for, spread_line
 from kernelbench.results.verdict import RunSpread
 from kernelbench.results.view import (
     ci_target,
@@ -48,9 +48,9 @@ def write_report(
     """Write the report of one run, or the A/B comparison of two, and return its path.
 
     One directory: ``<dir>/report.html`` unless ``output`` is given. Two directories (A, B):
-    per-cell ratios B / A, written to ``output`` or ``<second dir>/compare.html``, their
-    verdicts with the spread between runs kept in ``baselines_dir`` for the runs' processor
-    (as ``compare``'s).
+    per-cell ratios B / A, written to ``output`` or ``<second dir>/compare.html``. The spread
+    between runs kept in ``baselines_dir`` for the runs' processor is stated (one run) or in
+    the verdicts (two, as ``compare``'s).
     """
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) not in (1, 2):
@@ -59,17 +59,15 @@ def write_report(
     default = "report.html" if len(runs) == 1 else "compare.html"
     out = Path(output) if output is not None else runs[-1].path / default
     out.parent.mkdir(parents=True, exist_ok=True)
-    between = None
-    if len(runs) == 2:
-        a, b = (machine_of(set(r.ok["device_class"]), r.env) for r in runs)
-        between = spread_for(a, b, baselines_dir)
+    a, b = (machine_of(set(r.ok["device_class"]), r.env) for r in (runs[0], runs[-1]))
+    between = spread_for(a, b, baselines_dir)
     out.write_text(render_report(runs, between), encoding="utf-8")
     return out
 
 
 def render_report(runs: list[data.Run], between: RunSpread | None = None) -> str:
-    """``between``: the spread between runs of the two runs' processor (A/B only)."""
-    context = _single(runs[0]) if len(runs) == 1 else _compare(runs[0], runs[1], between)
+    """``between``: the spread between runs kept for the runs' processor (``None``: none)."""
+    context = _single(runs[0], between) if len(runs) == 1 else _compare(*runs, between)
     context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     context["version"] = __version__
     return _template().render(**context)
@@ -178,7 +176,7 @@ def _states(ok, target: float) -> dict | None:
     }
 
 
-def _single(run: data.Run) -> dict:
+def _single(run: data.Run, between: RunSpread | None = None) -> dict:
     groups = []
     accuracy = _accuracy(run)
     # a study's rows are untimed: the timed sections show the timed rows only
@@ -223,7 +221,7 @@ def _single(run: data.Run) -> dict:
     return {
         "mode": "single",
         "title": f"kernelbench: {_what_ran(run)}",
-        "headline": headline(run.rows),
+        "headline": [*headline(run.rows), spread_line(between)],
         "runs": [_run_info(run, "run")],
         "groups": groups,
         "accuracy": accuracy,

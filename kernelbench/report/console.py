@@ -231,6 +231,7 @@ def print_tables(
     skipped_table: bool = False,
     all_wide: bool = False,
     states: StateView | None = None,
+    between_line: str = "",
 ) -> None:
     """Per device class and layer: speedup over 16-bit with its interval (the paper's figure
     beside it where the paper has one), time with sample count and share of the roofline, and
@@ -241,12 +242,15 @@ def print_tables(
     tables, suspect rows, wide rows (with what their slow calls saw), then skipped and failed
     rows: one line per reason group, or with ``skipped_table`` the full table. Rows of
     (backend, method) pairs that do not apply (the backend has no such method) are counted,
-    not listed. ``states``: ``df``'s state view where the caller has one (the headline's)."""
+    not listed. ``states``: ``df``'s state view where the caller has one (the headline's);
+    ``between_line``: what is known of the spread between runs, after the headline."""
     console = console or Console()
     if not console.is_terminal and console.width < 160:
         console = Console(width=160)  # a log file: do not cut the tables to 80 columns
     for line in headline(df, states):
         console.print(f"[bold]{escape(line)}[/bold]", soft_wrap=True)
+    if between_line:
+        console.print(escape(between_line), soft_wrap=True)
     shown, by_tokens = [], []
     for (dclass, layer), of_layer in df.groupby(["device_class", "layer"]):
         all_tokens = sorted(of_layer["tokens"].unique())

@@ -266,3 +266,17 @@ def spread_for(
     if base is None or base != new:
         return None
     return read_spread(spread_folder(*base, baselines_dir))
+
+
+def spread_line(spread: RunSpread | None) -> str:
+    """What a run's reader should know of its intervals against another run's: the kept
+    spread, or that none is kept."""
+    if spread is None:
+        return (
+            "Intervals cover this run's rounds; how far another run on this machine reads beyond "
+            "them is not measured (kernelbench spread)."
+        )
+    return (
+        f"Between runs on this processor a speedup moves beyond its interval by "
+        f"{spread.describe()} (kernelbench spread: {spread.source})."
+    )
