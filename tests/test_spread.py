@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from test_compare import row, write_run
 from typer.testing import CliRunner
 
 from kernelbench.cli.commands import app
@@ -25,7 +26,6 @@ from kernelbench.results.spread import (
     spread_for,
 )
 from kernelbench.results.verdict import RunSpread
-from tests.test_compare import row, write_run
 
 IDENTITY = {"vendor": "GenuineIntel", "family": "6", "model": "207", "stepping": "2"}
 PROCESSOR = "GenuineIntel-6-207-2"
