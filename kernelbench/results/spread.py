@@ -3,10 +3,10 @@ beyond their own intervals, measured from runs of one commit, kept beside the pr
 baseline and added to the noise of ``kernelbench compare``.
 
 Why. A row's interval covers the drift between its run's rounds, minutes apart; the host
-drifts over longer times too. Twelve runs of one configuration on a 2-vCPU Xeon VM, a minute
-or two apart and in one state of the host's cores, read the custom and torch int8 rows
-beyond their combined 95% intervals in 31% of the pairs of runs (5% if the intervals
-covered what the next run reads); runs in one process differed no less than runs in two.
+drifts over longer times too. On a 2-vCPU Xeon VM, 19 runs of 5 commits (D.1, default and
+short sweeps) read 15.8% of 1732 pairs of rows beyond their combined 95% intervals (18% at
+2048 tokens; 5% if the intervals covered what the next run reads), and two runs in one process
+differed no less than two in two processes: the host's drift, not a process's.
 
 What. For each pair of runs and each row both measured with an interval (a paired speedup,
 pooled from more than one round where its run has several), the gap between their log

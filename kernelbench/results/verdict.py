@@ -34,11 +34,10 @@ rounds: slower or faster beyond its band, it is ``unknown`` (:func:`one_round_ve
 one round each (``--quick``) are judged as measured; the gate pools several.
 
 Between runs. A run's rounds are minutes apart; the host drifts over longer times too, so two
-runs of one commit differ by more than their intervals allow (on a 2-vCPU Xeon VM, 31% of the
-pairs of custom and torch int8 rows of 12 short runs beyond their combined intervals, in one
-state of the host's cores). A :class:`RunSpread` measured on a processor (``kernelbench
-spread``, :mod:`kernelbench.results.spread`) enters each run's noise on a speedup as one more
-half-width: ``speed_verdict(..., between=...)``.
+runs of one commit differ by more than their intervals allow (on a 2-vCPU Xeon VM, 15.8% of
+1732 pairs of rows from 19 runs beyond their combined 95% intervals). A :class:`RunSpread`
+measured on a processor (``kernelbench spread``, :mod:`kernelbench.results.spread`) enters
+each run's noise on a speedup as one more half-width: ``speed_verdict(..., between=...)``.
 
 Spreads (2, 3) from a row pooled from R rounds enter as ``spread / sqrt(R)``: rounds are
 independent draws of the machine's state. A spread from fewer than :data:`MIN_SPREAD_SAMPLES`
