@@ -278,5 +278,5 @@ def spread_line(spread: RunSpread | None) -> str:
         )
     return (
         f"Between runs on this processor a speedup moves beyond its interval by "
-        f"{spread.describe()} (kernelbench spread: {spread.source})."
+        f"{spread.describe()}: {spread.source}."
     )
