@@ -56,10 +56,11 @@ if ! base=$(kernelbench baseline path --device cpu 2>/dev/null); then
   exit 0
 fi
 # The tolerance: KB_GATE_SPEED_TOL, else the one measured for this baseline (gate.json beside
-# it, written after scripts/gate_noise.py on its rounds), else 0.30.
+# it, written after scripts/gate_noise.py on its rounds), else 0.30. A gate.json may hold only
+# the spread between runs (kernelbench spread --save): no tolerance measured then.
 measured_tol=""
 if [ -f "$base/gate.json" ]; then
-  measured_tol="$(python3 -c 'import json, sys; print(float(json.load(open(sys.argv[1]))["speed_tol"]))' "$base/gate.json")"
+  measured_tol="$(python3 -c 'import json, sys; t = json.load(open(sys.argv[1])).get("speed_tol"); print("" if t is None else float(t))' "$base/gate.json")"
 fi
 speed_tol="${KB_GATE_SPEED_TOL:-${measured_tol:-0.30}}"
 
