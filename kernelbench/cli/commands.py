@@ -522,23 +522,33 @@ def compare(
 ) -> None:
     """Gate NEW against BASE: exit 0 (no regression), 1 (regression), 2 (unusable input),
     3 (the machines are not comparable: speed not judged)."""
-    from kernelbench.results.compare import FORMATS, compare_runs, load_run, render
+    from kernelbench.results.compare import (
+        FORMATS,
+        compare_loaded_runs,
+        compare_runs,
+        load_run,
+        render,
+    )
     from kernelbench.results.schema import SchemaError
     from kernelbench.results.spread import SpreadError, machine_of, spread_for
 
     if fmt not in FORMATS:
         raise fail(f"--format must be one of {', '.join(FORMATS)}")
+    try:
+        runs = load_run(base), load_run(new)
+    except SchemaError:
+        runs = None  # compare_runs says what is wrong with the input
     spread = None
-    if between_runs:
+    if between_runs and runs is not None:
         try:
-            machines = [machine_of(r.device_classes, r.env) for r in map(load_run, (base, new))]
-            spread = spread_for(*machines, baselines)
-        except SchemaError:
-            spread = None  # compare_runs says what is wrong with the input
+            spread = spread_for(*(machine_of(r.device_classes, r.env) for r in runs), baselines)
         except SpreadError as exc:
             raise fail(str(exc)) from None
     try:
-        result = compare_runs(base, new, speed_tol, error_tol, backend or None, spread)
+        if runs is None:
+            result = compare_runs(base, new, speed_tol, error_tol, backend or None)
+        else:
+            result = compare_loaded_runs(*runs, speed_tol, error_tol, backend or None, spread)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if result.problem:

@@ -16,14 +16,7 @@ from kernelbench.core import TABLE1_PERPLEXITY
 from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
-from kernelbench.results.verdict import (
-    RunSpread,
-    joint_split,
-    most_rounds,
-    one_round_verdict,
-    placement_verdict,
-    speed_verdict,
-)
+from kernelbench.results.verdict import RunSpread, joint_split, judge, most_rounds
 from kernelbench.results.view import StateView, state_shares_text
 from kernelbench.statistics import rel_halfwidth
 
@@ -477,9 +470,8 @@ def paired(
 ) -> pd.DataFrame:
     """Rows measured in both runs, with the time ratio B/A (below 1: B is faster), the ratio
     of their speedups over 16-bit B/A (``speedup_ratio``) and the verdict of
-    :func:`kernelbench.results.verdict.speed_verdict` on it, judged again in each placement of
-    the threads (:func:`~kernelbench.results.verdict.placement_verdict`): the one ``compare``
-    gives.
+    :func:`kernelbench.results.verdict.judge` on it (``speed_verdict``, judged again in each
+    placement of the threads, then the one-round rule): the one ``compare`` gives.
 
     ``speedup_ratio_lo`` / ``_hi``: the verdict's noise band around the speedup ratio,
     ``r / (1 + noise)`` to ``r * (1 + noise)``; at zero tolerance the verdict is faster or
@@ -497,15 +489,15 @@ def paired(
         b_ok.reindex(columns=readings).to_dict("records"),
     )
     # the most rounds any row of each run was pooled from (fp32's one round is then told apart)
-    most = [most_rounds(ok.reindex(columns=["rounds"]).to_dict("records")) for ok in (a_ok, b_ok)]
+    most = tuple(
+        most_rounds(ok.reindex(columns=["rounds"]).to_dict("records")) for ok in (a_ok, b_ok)
+    )
     calls, by_placement = [], []
     for rec in merged.to_dict("records"):
         a, b = _side(rec, "_a"), _side(rec, "_b")
-        drift = between.for_backend(str(rec["backend"])) if between is not None else 0.0
-        pooled = speed_verdict(a, b, 0.0, between=drift)
-        placed = placement_verdict(pooled, a, b, split, 0.0, drift)
-        calls.append(one_round_verdict(placed, a, b, *most))
-        by_placement.append(placed.verdict != pooled.verdict)
+        call, placed = judge(a, b, 0.0, split, most, str(rec.get("backend", "")), between)
+        calls.append(call)
+        by_placement.append(placed)
     merged["verdict"] = [c.verdict for c in calls]
     # what the verdict judges: each run's speedup over its own 16-bit baseline, B / A
     nan = float("nan")

@@ -80,11 +80,9 @@ from kernelbench.results.states import BusSplit, far_share
 from kernelbench.results.verdict import (
     RunSpread,
     joint_split,
+    judge,
     link_readings,
     most_rounds,
-    one_round_verdict,
-    placement_verdict,
-    speed_verdict,
 )
 
 #: Absolute slack on ``rel_error`` growth. The int8 kernels are exact or per-element
@@ -276,13 +274,13 @@ def _speed(
     split: BusSplit | None = None,
     between: RunSpread | None = None,
 ) -> None:
-    """Fill the speed fields of ``rc`` from :func:`kernelbench.results.verdict.speed_verdict`
-    (judged again in each placement of the threads, with ``split``: ``placement_verdict``;
-    ``between``: the processor's spread between runs, added to each run's noise)."""
-    drift = between.for_backend(str(b["backend"])) if between is not None else 0.0
-    call = speed_verdict(b, n, tol, _baseline_row(base, b), _baseline_row(new, n), drift)
-    call = placement_verdict(call, b, n, split, tol, drift)
-    call = one_round_verdict(call, b, n, base.most_rounds, new.most_rounds)
+    """Fill the speed fields of ``rc`` from :func:`kernelbench.results.verdict.judge` (the
+    pooled verdict, judged again in each placement of the threads with ``split``, then the
+    one-round rule; ``between``: the processor's spread between runs, added to each run's
+    noise)."""
+    rounds = (base.most_rounds, new.most_rounds)
+    baselines = (_baseline_row(base, b), _baseline_row(new, n))
+    call, _ = judge(b, n, tol, split, rounds, str(b["backend"]), between, baselines)
     rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
     rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change
     rc.noise, rc.band = call.noise, call.band

@@ -35,7 +35,12 @@ from pathlib import Path
 from kernelbench.results.baseline import DEFAULT_DIR, GATE_FILE, BaselineError, sanitize
 from kernelbench.results.compare import LoadedRun, load_run, processor_key
 from kernelbench.results.schema import KEY_COLUMNS, SchemaError
-from kernelbench.results.verdict import RunSpread, most_rounds, speedup_of
+from kernelbench.results.verdict import (
+    RunSpread,
+    most_rounds,
+    one_round_of_several,
+    speedup_of,
+)
 
 #: The share of pairs a fitted spread may leave beyond (what a 95% interval lets through).
 TARGET_BEYOND = 0.05
@@ -49,7 +54,7 @@ class SpreadError(ValueError):
     """Runs whose spread cannot be measured, or a kept spread that cannot be read (says why)."""
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class PairGap:
     """One row measured in two runs: its log speedups' gap and their log half-widths."""
 
@@ -94,7 +99,7 @@ def _log_interval(row: dict, most: int) -> tuple[float, float] | None:
     value, lo, hi = speedup_of(row), row.get("speedup_lo"), row.get("speedup_hi")
     if value is None or not lo or not hi or lo <= 0 or hi < lo:
         return None
-    if int(row.get("rounds") or 1) == 1 < most:
+    if one_round_of_several(row, most):
         return None
     return math.log(value), math.log(hi / lo) / 2
 
@@ -154,7 +159,7 @@ def measure_spread(paths: Sequence[Path], target: float = TARGET_BEYOND) -> Spre
             "are paired only with runs of their own commit, so that nothing but the machine "
             "differs"
         )
-    gaps = sorted(g for rs in paired.values() for g in pair_gaps(rs))
+    gaps = [g for rs in paired.values() for g in pair_gaps(rs)]
     if len(gaps) < MIN_PAIRS:
         raise SpreadError(
             f"{len(gaps)} rows measured with an interval in two runs of one commit; need at "

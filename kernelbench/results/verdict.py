@@ -268,6 +268,12 @@ def most_rounds(rows: Iterable[dict]) -> int:
     return max(map(_rounds, rows), default=1)
 
 
+def one_round_of_several(row: dict, most: int) -> bool:
+    """Whether ``row`` was pooled from one round while its run has rows of ``most`` rounds
+    (``fp32``, timed in the first round only): its interval covers that round's seconds only."""
+    return _rounds(row) == 1 < most
+
+
 def one_round_verdict(
     call: SpeedCall, base: dict, new: dict, base_rounds: int, new_rounds: int
 ) -> SpeedCall:
@@ -280,7 +286,8 @@ def one_round_verdict(
     their verdicts."""
     if call.verdict not in ("slower", "faster"):
         return call
-    if not any(_rounds(r) == 1 < most for r, most in ((base, base_rounds), (new, new_rounds))):
+    sides = ((base, base_rounds), (new, new_rounds))
+    if not any(one_round_of_several(row, most) for row, most in sides):
         return call
     why = (
         f"{call.verdict} beyond its band, but measured in one round of a run of several (fp32 "
@@ -288,3 +295,25 @@ def one_round_verdict(
         "drift between rounds or runs"
     )
     return replace(call, verdict="unknown", detail=f"{call.detail}; {why}" if call.detail else why)
+
+
+def judge(
+    base: dict,
+    new: dict,
+    tol: float,
+    split: BusSplit | None,
+    rounds: tuple[int, int],
+    backend: str,
+    between: RunSpread | None = None,
+    baselines: tuple[dict | None, dict | None] = (None, None),
+) -> tuple[SpeedCall, bool]:
+    """The verdict ``compare`` and the HTML A/B report give a row of ``backend``:
+    :func:`speed_verdict` pooled (each run's noise widened by ``between`` for that backend;
+    ``baselines``: each run's 16-bit baseline row of the cell), judged again in each placement
+    (:func:`placement_verdict`, with ``split``), then the one-round rule
+    (:func:`one_round_verdict`, ``rounds``: the most rounds of any row of each run). Returns
+    the call and whether the placements changed the pooled verdict."""
+    drift = between.for_backend(backend) if between is not None else 0.0
+    pooled = speed_verdict(base, new, tol, *baselines, drift)
+    placed = placement_verdict(pooled, base, new, split, tol, drift)
+    return one_round_verdict(placed, base, new, *rounds), placed.verdict != pooled.verdict
