@@ -157,7 +157,7 @@ def test_saved_spread_keeps_the_gate_tolerance_and_compare_finds_it(tmp_path: Pa
     assert "Verdicts and bands include the spread between runs" in html
 
 
-def test_a_malformed_kept_spread_is_an_error_naming_the_file(tmp_path: Path):
+def test_a_malformed_kept_spread_fails_compare_and_is_said_for_one_run(tmp_path: Path):
     folder = tmp_path / "baselines" / CLASS / PROCESSOR
     folder.mkdir(parents=True)
     (folder / "gate.json").write_text(json.dumps({GATE_KEY: {"halfwidth": 7}}))
@@ -168,6 +168,9 @@ def test_a_malformed_kept_spread_is_an_error_naming_the_file(tmp_path: Path):
         app, ["compare", str(base), str(base), "--baselines", str(tmp_path / "baselines")]
     )
     assert out.exit_code != 0 and "halfwidth must be in" in out.output
+    # one run is still shown and reported, the line saying what is wrong with the file
+    html = write_report([base], tmp_path / "one.html", tmp_path / "baselines").read_text()
+    assert "The kept spread between runs is not readable" in html and "halfwidth must be in" in html
 
 
 def test_one_run_says_what_is_known_of_the_spread_between_runs(tmp_path: Path, monkeypatch):

@@ -47,19 +47,17 @@ def skipped_lines_reported():
 def between_runs_line(
     run_dir: Path, device_classes: Iterable[str], baselines: Path = Path("reports/baselines")
 ) -> str:
-    """The spread between runs kept for the machine of the run in ``run_dir`` (its rows'
-    ``device_classes``), as a line (:func:`~kernelbench.results.spread.spread_line`); a kept
-    file that cannot be read is said, not fatal to showing the run."""
+    """What is known of the spread between runs on the machine of the run in ``run_dir`` (its
+    rows' ``device_classes``), as one line (:func:`~kernelbench.results.spread.
+    kept_spread_line`, which the run's HTML report states too)."""
     from kernelbench.results.schema import SchemaError, load_env, results_path
-    from kernelbench.results.spread import SpreadError, machine_of, spread_for, spread_line
+    from kernelbench.results.spread import kept_spread_line, machine_of
 
     try:
         machine = machine_of(device_classes, load_env(results_path(run_dir).parent))
-        return spread_line(spread_for(machine, machine, baselines))
     except SchemaError:
         return ""  # no usable env.json: the run is shown, nothing is said of other runs
-    except SpreadError as exc:
-        return f"The kept spread between runs is not readable: {exc}"
+    return kept_spread_line(machine, baselines)
 
 
 def write_report(

@@ -23,7 +23,7 @@ from kernelbench.core import is_not_applicable
 from kernelbench.report import data, plots, tables
 from kernelbench.results.baseline import DEFAULT_DIR
 from kernelbench.results.schema import KEY_COLUMNS
-from kernelbench.results.spread import machine_of, spread_for, spread_line
+from kernelbench.results.spread import kept_spread_line, machine_of, spread_for, spread_line
 from kernelbench.results.verdict import RunSpread
 from kernelbench.results.view import (
     ci_target,
@@ -60,14 +60,25 @@ def write_report(
     out = Path(output) if output is not None else runs[-1].path / default
     out.parent.mkdir(parents=True, exist_ok=True)
     a, b = (machine_of(set(r.ok["device_class"]), r.env) for r in (runs[0], runs[-1]))
-    between = spread_for(a, b, baselines_dir)
-    out.write_text(render_report(runs, between), encoding="utf-8")
+    if len(runs) == 1:
+        html = render_report(runs, between_line=kept_spread_line(a, baselines_dir))
+    else:
+        html = render_report(runs, spread_for(a, b, baselines_dir))
+    out.write_text(html, encoding="utf-8")
     return out
 
 
-def render_report(runs: list[data.Run], between: RunSpread | None = None) -> str:
-    """``between``: the spread between runs kept for the runs' processor (``None``: none)."""
-    context = _single(runs[0], between) if len(runs) == 1 else _compare(*runs, between)
+def render_report(
+    runs: list[data.Run], between: RunSpread | None = None, between_line: str | None = None
+) -> str:
+    """``between``: the spread between runs kept for the runs' processor (``None``: none).
+    One run's headline states ``between_line`` where given (what
+    :func:`~kernelbench.results.spread.kept_spread_line` says), else ``between``'s line."""
+    if len(runs) == 1:
+        line = between_line if between_line is not None else spread_line(between)
+        context = _single(runs[0], line)
+    else:
+        context = _compare(*runs, between)
     context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     context["version"] = __version__
     return _template().render(**context)
@@ -176,7 +187,8 @@ def _states(ok, target: float) -> dict | None:
     }
 
 
-def _single(run: data.Run, between: RunSpread | None = None) -> dict:
+def _single(run: data.Run, between_line: str) -> dict:
+    """``between_line``: what is known of the spread between runs on the run's machine."""
     groups = []
     accuracy = _accuracy(run)
     # a study's rows are untimed: the timed sections show the timed rows only
@@ -221,7 +233,7 @@ def _single(run: data.Run, between: RunSpread | None = None) -> dict:
     return {
         "mode": "single",
         "title": f"kernelbench: {_what_ran(run)}",
-        "headline": [*headline(run.rows), spread_line(between)],
+        "headline": [*headline(run.rows), between_line],
         "runs": [_run_info(run, "run")],
         "groups": groups,
         "accuracy": accuracy,

@@ -273,6 +273,18 @@ def spread_for(
     return read_spread(spread_folder(*base, baselines_dir))
 
 
+def kept_spread_line(
+    machine: tuple[str, str | None] | None, baselines_dir: Path = DEFAULT_DIR
+) -> str:
+    """:func:`spread_line` of the spread kept for one run's ``machine`` (:func:`machine_of`).
+    A kept file that cannot be read is said in the line, not raised: one run is shown and
+    reported whatever that file holds (two runs are judged with it, so ``compare`` fails)."""
+    try:
+        return spread_line(spread_for(machine, machine, baselines_dir))
+    except SpreadError as exc:
+        return f"The kept spread between runs is not readable: {exc}"
+
+
 def spread_line(spread: RunSpread | None) -> str:
     """What a run's reader should know of its intervals against another run's: the kept
     spread, or that none is kept."""
