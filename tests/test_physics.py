@@ -177,6 +177,51 @@ def test_a_cold_row_gets_its_share_of_the_roofline_at_the_bus_beside_each_call()
     assert hot.roofline_share is not None and hot.bus_roofline_share is None
 
 
+def test_a_row_above_the_peak_but_within_the_bus_before_its_calls_is_not_suspect():
+    """A bandwidth peak read in a slower state of the machine (the threads on one core complex)
+    is passed by calls made in a faster one; the bus reading before each call tells the two
+    apart from a number that no bus could give."""
+    peak = {
+        "int8": {"tops": 100.0, "source": "measured"},  # decode: bound by bandwidth only
+        "bandwidth": {"gbs": 33.0, "source": "measured"},
+    }
+    nbytes = work_bytes("int8_raw", 1, K, N)
+    ms_at_45 = nbytes / 45e9 * 1e3  # calls that stream their weights at 45 GB/s
+
+    def decode_row(bus: list[float] | None) -> ResultRow:
+        kw = dict(tokens=1, m=1, cache="cold", bus_gbps=bus or [])
+        r = row("int8_raw", [1.0] * 6, base_ms=ms_at_45, **kw)
+        (pooled,) = pool_rows([r])
+        annotate([pooled], peaks({"peak": peak}, "cpu-test"), 0.05)
+        return pooled
+
+    faster_state = decode_row([51.0, 49.0, 52.0, 50.0, 48.0, 51.0])
+    assert faster_state.roofline_share == pytest.approx(45 / 33)
+    # per call 45 GB/s of the bus before it: the median of six, between 45/51 and 45/50
+    assert faster_state.bus_roofline_share == pytest.approx((45 / 51 + 45 / 50) / 2)
+    assert not faster_state.suspect
+    slow_bus = decode_row([33.0] * 6)  # the bus read the peak's rate: the row is against it
+    assert slow_bus.suspect and "above roofline" in slow_bus.suspect_reason
+    assert decode_row(None).suspect  # no reading before its calls: nothing excuses it
+    # beyond the compute peak, a fast bus excuses nothing
+    compute_bound = {**peak, "int8": {"tops": 0.001, "source": "measured"}}
+    (beyond,) = pool_rows(
+        [
+            row(
+                "int8_raw",
+                [1.0] * 6,
+                base_ms=ms_at_45,
+                tokens=1,
+                m=1,
+                cache="cold",
+                bus_gbps=[500.0] * 6,
+            )
+        ]
+    )
+    annotate([beyond], peaks({"peak": compute_bound}, "cpu-test"), 0.05)
+    assert beyond.suspect
+
+
 def test_wide_intervals_are_flagged_and_get_an_extra_round():
     from kernelbench.run.cases import load_case
     from kernelbench.run.plan import RunOptions, plan

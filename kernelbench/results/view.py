@@ -176,7 +176,9 @@ def slow_sixteen_bit_note(df: pd.DataFrame) -> str | None:
 
 def peak_exceeded_note(df: pd.DataFrame) -> str | None:
     """A warning when some rows ran faster at their median than their roofline allows, yet
-    are not ``suspect`` (their intervals reach below it): a cached peak read in a slower
+    are not ``suspect`` (their intervals reach below it, or the bus gave their calls that
+    bandwidth just before them: :func:`~kernelbench.results.physics.check_roofline`): a cached
+    peak read in a slower
     moment of the machine than those calls (a shared VM's memory bus moves by 2x over
     minutes), of which every share of the roofline in the run is a share."""
     if "roofline_share" not in df:
@@ -191,8 +193,9 @@ def peak_exceeded_note(df: pd.DataFrame) -> str | None:
     return (
         f"{len(over)} row(s) ran faster at their median than the cached peaks allow (up to "
         f"{float(top['roofline_share']):.0%} of the roofline: {top['backend']} {top['method']}, "
-        f"d={top['d_model']}, tokens={top['tokens']}); their intervals reach below it, so they "
-        "are not flagged, but a peak was read in a slower moment of this machine than those "
+        f"d={top['d_model']}, tokens={top['tokens']}); their intervals reach below it, or the "
+        "bus gave their calls that bandwidth just before them, so they are not flagged, but a "
+        "peak was read in a slower moment of this machine than those "
         "calls, and the run's shares of the roofline are shares of that lower peak: "
         "`kernelbench peak --remeasure` in a quiet moment keeps the higher reading."
     )
