@@ -174,10 +174,11 @@ def _within_bus(row: ResultRow, slow_ms: float) -> bool:
     its calls (its :func:`bus_roofline_share`, taken at the slow end of its interval). A row
     above the peak's roofline but within that one ran while the bus gave more than the peak
     was read at: a peak measured in a slower state of the machine, not a number against
-    physics (a 2-vCPU Zen 4 VM measured its bandwidth peak at 33-34 GB/s twice with the
-    threads on one core complex; with them on two, the eviction read 51 GB/s before the calls
-    and 8-token rows streamed their weights at 44-53 GB/s). A row beyond its compute peak is
-    beyond this roofline too, and a row without a reading for every call is not excused."""
+    physics (a 2-vCPU Zen 4 VM read its bandwidth peak at 33-34 GB/s twice, the bus's rate
+    there with the threads on one core complex; with them on two, the eviction read 51 GB/s
+    before the calls and 8-token rows streamed their weights at 44-53 GB/s). A row beyond its
+    compute peak is beyond this roofline too, and a row without a reading for every call is
+    not excused."""
     share = row.bus_roofline_share
     if share is None or not row.median_ms or slow_ms <= 0:
         return False
