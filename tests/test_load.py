@@ -368,3 +368,22 @@ def test_rows_still_above_a_peak_measured_again_stay_flagged(tmp_path, monkeypat
     assert len(calls) == 1 and "still above" in said and " 0 of the" not in said
     flagged = load_view(out)["suspect_reason"].fillna("").str.contains("above roofline")
     assert flagged.any()
+
+
+def test_the_bandwidth_peak_records_where_the_host_ran_the_threads(monkeypatch):
+    """The bus gives about half the rate with both vCPUs on one core complex: the peak says
+    which placement it was read in (the threads' round trip before and after its probes)."""
+    import kernelbench.run.cell as cell
+
+    monkeypatch.setattr(peak, "_int8_tops", lambda engine, device: (1.0, "int8"))
+    monkeypatch.setattr(peak, "_matmul_tops", lambda engine, device, dtype: (0.5, "linear"))
+    monkeypatch.setattr(peak, "_bandwidth_gbs", lambda engine, device: (34.0, "read-only sum"))
+    monkeypatch.setattr(peak, "_first_touch_gbs", lambda engine: 20.0)
+    readings = iter([60.4, 281.0])
+    monkeypatch.setattr(cell, "link_probe", lambda device: lambda: next(readings))
+    bandwidth = peak.measure_peak(torch.device("cpu"))["bandwidth"]
+    assert bandwidth["gbs"] == 34.0 and bandwidth["link_ns"] == [60.4, 281.0]
+    assert "round trip 60 ns before and 281 after" in bandwidth["note"]
+    monkeypatch.setattr(cell, "link_probe", lambda device: None)  # one thread, no extension
+    bandwidth = peak.measure_peak(torch.device("cpu"))["bandwidth"]
+    assert "link_ns" not in bandwidth and "round trip" not in bandwidth["note"]

@@ -243,8 +243,23 @@ def _engine(device: torch.device, reuse_memory: bool | None = None) -> Measureme
     return MeasurementEngine(device, _SETTINGS, _SETTINGS, timer=timer, reuse_memory=reuse_memory)
 
 
+def _placement_text(links: list[float | None]) -> str:
+    """Where the host ran the threads around the bandwidth probes, as the cache line's round
+    trip between two of them before and after (``links``), for the peak's note: a VM whose
+    host moves its two vCPUs between one core complex and two reads its bus at about half the
+    rate on one (a 2-vCPU Zen 4 VM: 33-34 GB/s peaks one day, 60-66 on others; the bus before
+    a run's calls 33 GB/s on one, 51 on two), so the figure is of the placement it was read
+    in. Empty where there is no reading (one thread, CUDA, no extension)."""
+    if None in links:
+        return ""
+    before, after = (f"{float(ns):.0f}" for ns in links)
+    return f", the threads' cache-line round trip {before} ns before and {after} after"
+
+
 def measure_peak(device: torch.device) -> dict:
     """The device's peaks in env.json's ``peak`` format (source ``measured``)."""
+    from kernelbench.run.cell import link_probe
+
     engine = _engine(device)
     dclass = device_class(device)
     chip = processor(device)
@@ -266,14 +281,19 @@ def measure_peak(device: torch.device) -> dict:
                 "device_class": dclass,
                 "processor": chip,
             }
+    link = link_probe(device)
+    links = [link() if link else None]
     gbs, how = _bandwidth_gbs(engine, device)
+    links.append(link() if link else None)
     peak["bandwidth"] = {
         "gbs": gbs,
         "source": "measured",
-        "note": f"best call of {how}, {threads} threads, {when}",
+        "note": f"best call of {how}, {threads} threads{_placement_text(links)}, {when}",
         "device_class": dclass,
         "processor": chip,
     }
+    if None not in links:
+        peak["bandwidth"]["link_ns"] = [round(float(ns), 1) for ns in links]
     if device.type == "cpu":
         fresh = _engine(device, reuse_memory=False)
         peak["first_touch"] = {
