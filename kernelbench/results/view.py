@@ -178,9 +178,8 @@ def peak_exceeded_note(df: pd.DataFrame) -> str | None:
     """A warning when some rows ran faster at their median than their roofline allows, yet
     are not ``suspect`` (their intervals reach below it, or the bus gave their calls that
     bandwidth just before them: :func:`~kernelbench.results.physics.check_roofline`): a cached
-    peak read in a slower
-    moment of the machine than those calls (a shared VM's memory bus moves by 2x over
-    minutes), of which every share of the roofline in the run is a share."""
+    peak read in a slower moment of the machine than those calls (a shared VM's memory bus
+    moves by 2x over minutes), of which every share of the roofline in the run is a share."""
     if "roofline_share" not in df:
         return None
     ok = df[(df["status"] == "ok") & (df["layer"] != "block")] if "layer" in df else df
@@ -195,8 +194,8 @@ def peak_exceeded_note(df: pd.DataFrame) -> str | None:
         f"{float(top['roofline_share']):.0%} of the roofline: {top['backend']} {top['method']}, "
         f"d={top['d_model']}, tokens={top['tokens']}); their intervals reach below it, or the "
         "bus gave their calls that bandwidth just before them, so they are not flagged, but a "
-        "peak was read in a slower moment of this machine than those "
-        "calls, and the run's shares of the roofline are shares of that lower peak: "
+        "peak was read in a slower moment of this machine than those calls, and the run's "
+        "shares of the roofline are shares of that lower peak: "
         "`kernelbench peak --remeasure` in a quiet moment keeps the higher reading."
     )
 
