@@ -138,13 +138,17 @@ def test_bandwidth_is_the_fastest_gemv_of_any_backend_when_it_beats_the_stream_p
     engine = MeasurementEngine(
         torch.device("cpu"), settings, settings, clock=lambda: now[0], cache="hot"
     )
-    gbs, how = peak._gemv_gbs(engine, torch.device("cpu"))
-    assert gbs == pytest.approx(64 * 256 / 0.5e-6 / 1e9)  # the fast backend; broken adds none
-    assert how.startswith("fast int8_raw GEMV 1x64x256")
-    monkeypatch.setattr(peak, "_stream_gbs", lambda engine, device: (1.0, "read-only sum"))
-    assert peak._bandwidth_gbs(engine, torch.device("cpu")) == (gbs, how)
-    monkeypatch.setattr(peak, "_stream_gbs", lambda engine, device: (99.0, "read-only sum"))
-    assert peak._bandwidth_gbs(engine, torch.device("cpu")) == (99.0, "read-only sum")
+    readings = iter(range(1000))
+    calls = peak._gemv_calls(engine, torch.device("cpu"), link=lambda: 60.0 + next(readings))
+    assert len(calls) == 2 * peak.BANDWIDTH_CALLS  # the broken backend adds none
+    best = max(calls, key=lambda c: c.gbs)
+    assert best.gbs == pytest.approx(64 * 256 / 0.5e-6 / 1e9)  # the fast backend
+    assert best.how.startswith("fast int8_raw GEMV 1x64x256")
+    # each call carries the link reading taken just before it
+    assert [c.link_ns for c in calls] == [60.0 + i for i in range(len(calls))]
+    monkeypatch.setattr(peak, "_stream_calls", lambda *a: [peak.BandwidthCall(1.0, None, "sum")])
+    fastest = max(peak._bandwidth_calls(engine, torch.device("cpu")), key=lambda c: c.gbs)
+    assert (fastest.gbs, fastest.how) == (best.gbs, best.how)
 
 
 def test_a_peak_tolerates_more_stolen_time_than_a_run_header():
@@ -244,6 +248,24 @@ def test_a_remeasurement_keeps_a_higher_best_call_of_the_same_processor():
     assert peak.keep_best(legacy, {"int8": _entry(2.3)})["int8"]["readings"] == [2.13, 1.9, 2.3]
 
 
+def test_a_remeasurement_keeps_each_placement_s_best_of_the_same_processor_only():
+    near = {"link_ns": 61.0, "gbs": 34.5, "calls": 60, "note": "sum"}
+    far = {"link_ns": 290.0, "gbs": 63.1, "calls": 60, "note": "gemv"}
+    previous = {"bandwidth": {**_entry(63.1, unit="gbs"), "placements": [far]}}
+    fresh = {"bandwidth": {**_entry(34.5, unit="gbs"), "placements": [near]}}
+    got = peak.keep_best(previous, fresh)["bandwidth"]
+    assert got["gbs"] == 63.1 and got["placements"] == [near, far]
+    lower_near = {"bandwidth": {**_entry(30.0, unit="gbs"), "placements": [{**near, "gbs": 30.0}]}}
+    assert peak.keep_best({"bandwidth": got}, lower_near)["bandwidth"]["placements"] == [near, far]
+    another_chip = {
+        "bandwidth": {**_entry(63.1, "GenuineIntel-6-207-2", "gbs"), "placements": [far]}
+    }
+    assert peak.keep_best(another_chip, fresh)["bandwidth"]["placements"] == [near]
+    assert (
+        "placements" not in peak.keep_best({}, {"bandwidth": _entry(34.5, unit="gbs")})["bandwidth"]
+    )
+
+
 def test_a_peak_keeps_its_last_readings_only():
     cached = {"int8": _entry(3.0)}
     for i in range(peak.PEAK_READINGS_KEPT + 5):
@@ -292,10 +314,14 @@ def test_kernelbench_peak_prints_the_range_of_its_readings(tmp_path, monkeypatch
     from kernelbench.cli import app
 
     monkeypatch.setenv("KERNELBENCH_CACHE", str(tmp_path))
-    readings = iter([{"int8": _entry(2.13)}, {"int8": _entry(2.02)}])
+    chip = peak.processor(torch.device("cpu"))
+    near = {"link_ns": 61.0, "gbs": 34.5, "calls": 40, "note": "sum"}
+    bus = {**_entry(34.5, chip, unit="gbs"), "placements": [near]}
+    readings = iter([{"int8": _entry(2.13, chip), "bandwidth": bus}, {"int8": _entry(2.02, chip)}])
     monkeypatch.setattr(peak, "measure_quiet_peak", lambda device: next(readings))
     first = CliRunner().invoke(app, ["peak", "--device", "cpu"])
     assert first.exit_code == 0 and "quiet readings" not in first.output
+    assert "round trip about 61 ns: best 34.5 GB/s (40 calls)" in " ".join(first.output.split())
     again = CliRunner().invoke(app, ["peak", "--device", "cpu", "--remeasure"])
     text = " ".join(again.output.split())
     assert again.exit_code == 0 and "2 quiet readings on this processor: 2.02-2.13" in text
@@ -377,13 +403,28 @@ def test_the_bandwidth_peak_records_where_the_host_ran_the_threads(monkeypatch):
 
     monkeypatch.setattr(peak, "_int8_tops", lambda engine, device: (1.0, "int8"))
     monkeypatch.setattr(peak, "_matmul_tops", lambda engine, device, dtype: (0.5, "linear"))
-    monkeypatch.setattr(peak, "_bandwidth_gbs", lambda engine, device: (34.0, "read-only sum"))
     monkeypatch.setattr(peak, "_first_touch_gbs", lambda engine: 20.0)
-    readings = iter([60.4, 281.0])
+
+    def probes(engine, device, link):  # 20 calls on one core complex, 20 on two
+        calls = [peak.BandwidthCall(30.0 + i / 10, link(), "read-only sum") for i in range(20)]
+        return calls + [peak.BandwidthCall(60.0 + i / 10, link(), "GEMV") for i in range(20)]
+
+    monkeypatch.setattr(peak, "_bandwidth_calls", probes)
+    readings = iter([60.4, *[61.0] * 20, *[290.0] * 20, 281.0])
     monkeypatch.setattr(cell, "link_probe", lambda device: lambda: next(readings))
     bandwidth = peak.measure_peak(torch.device("cpu"))["bandwidth"]
-    assert bandwidth["gbs"] == 34.0 and bandwidth["link_ns"] == [60.4, 281.0]
+    assert bandwidth["gbs"] == pytest.approx(61.9) and bandwidth["link_ns"] == [60.4, 281.0]
+    assert "best call of GEMV" in bandwidth["note"]
     assert "round trip 60 ns before and 281 after" in bandwidth["note"]
+    near, far = bandwidth["placements"]
+    assert (near["link_ns"], near["gbs"], near["calls"]) == (61.0, pytest.approx(31.9), 20)
+    assert (far["link_ns"], far["gbs"], far["calls"]) == (290.0, pytest.approx(61.9), 20)
+
+    def unplaced(engine, device, link):
+        return [peak.BandwidthCall(34.0, None, "read-only sum")]
+
+    monkeypatch.setattr(peak, "_bandwidth_calls", unplaced)
     monkeypatch.setattr(cell, "link_probe", lambda device: None)  # one thread, no extension
     bandwidth = peak.measure_peak(torch.device("cpu"))["bandwidth"]
     assert "link_ns" not in bandwidth and "round trip" not in bandwidth["note"]
+    assert "placements" not in bandwidth

@@ -222,6 +222,68 @@ def test_a_row_above_the_peak_but_within_the_bus_before_its_calls_is_not_suspect
     assert beyond.suspect
 
 
+def test_a_cold_row_is_held_to_the_bandwidth_peak_of_the_placement_its_calls_ran_in():
+    """A host that moves its two vCPUs between one core complex (link about 60 ns) and two
+    (about 290 ns) reads its bus at about half the rate on one: a row is judged against the
+    figure of the placement its calls ran in, not the best of either."""
+    near, far = {"link_ns": 60.0, "gbs": 34.0}, {"link_ns": 290.0, "gbs": 63.0}
+    nbytes = work_bytes("int8_raw", 1, K, N)
+
+    def decode_row(gbps: list[float], links: list[float], placements, bus=None) -> ResultRow:
+        peak = {
+            "int8": {"tops": 100.0, "source": "measured"},  # decode: bound by bandwidth only
+            "bandwidth": {"gbs": max(p["gbs"] for p in placements), "source": "measured"},
+        }
+        peak["bandwidth"]["placements"] = placements
+        raw_ms = [nbytes / (g * 1e9) * 1e3 for g in gbps]
+        r = row("int8_raw", [1.0] * len(gbps), tokens=1, m=1, cache="cold", link_ns=links)
+        r |= dict(raw_ms=raw_ms, baseline_raw_ms=raw_ms, bus_gbps=bus or [])
+        (pooled,) = pool_rows([r])
+        annotate([pooled], peaks({"peak": peak}, "cpu-test"), 0.05)
+        return pooled
+
+    near_calls = decode_row([45.0] * 6, [55.0, 62.0, 70.0, 58.0, 61.0, 66.0], [near, far])
+    assert near_calls.roofline_share == pytest.approx(45 / 34)
+    assert near_calls.suspect and "placements" in near_calls.suspect_reason
+    # a bus reading of a faster moment excuses nothing where the placement has its own peak
+    fast_bus = [51.0] * 6
+    assert decode_row([45.0] * 6, [60.0] * 6, [near, far], bus=fast_bus).suspect
+    far_calls = decode_row([45.0] * 6, [280.0, 300.0, 290.0, 310.0, 270.0, 295.0], [near, far])
+    assert far_calls.roofline_share == pytest.approx(45 / 63) and not far_calls.suspect
+    # half on each: the calls' median time against the median of their placements' bounds
+    mixed = decode_row([30.0, 30.0, 30.0, 50.0, 50.0, 50.0], [60.0] * 3 + [290.0] * 3, [near, far])
+    assert not mixed.suspect
+    median_bound_s = (nbytes / 34e9 + nbytes / 63e9) / 2  # the middle two of six bounds
+    assert mixed.roofline_tops == pytest.approx(mixed.flops / median_bound_s / 1e12)
+    # a placement the peak has no figure for: its best figure, and the bus may excuse the row
+    unmeasured = decode_row([45.0] * 6, [290.0] * 6, [near])
+    assert unmeasured.roofline_share == pytest.approx(45 / 34) and unmeasured.suspect
+    assert not decode_row([45.0] * 6, [290.0] * 6, [near], bus=fast_bus).suspect
+
+
+def test_a_peak_keeps_a_best_call_per_placement_of_the_threads():
+    from kernelbench.run.peak import BandwidthCall, bandwidth_placements, merge_placements
+
+    calls = [BandwidthCall(30.0 + i % 5, 55.0 + i % 7, "sum") for i in range(30)]
+    calls += [BandwidthCall(60.0 + i % 4, 280.0 + i, "gemv") for i in range(10)]
+    calls += [BandwidthCall(99.0, None, "copy"), BandwidthCall(98.0, 9e6, "copy")]  # unplaced
+    near, far = bandwidth_placements(calls, "today")
+    assert near["gbs"] == 34.0 and near["calls"] == 30 and 55 <= near["link_ns"] <= 61
+    assert far["gbs"] == 63.0 and far["calls"] == 10 and "gemv" in far["note"]
+    (one,) = bandwidth_placements(calls[:30], "today")  # one group: one placement
+    assert one["gbs"] == 34.0
+    assert bandwidth_placements([BandwidthCall(50.0, None, "sum")] * 30, "today") == []
+    # a re-measurement keeps each placement's higher best call, and placements it did not see
+    fresh = [{"link_ns": 70.0, "gbs": 33.0}, {"link_ns": 800.0, "gbs": 40.0}]
+    merged = merge_placements([near, far, "junk"], fresh)
+    assert [(p["link_ns"] < 100, p["gbs"]) for p in merged] == [
+        (True, 34.0),
+        (False, 63.0),
+        (False, 40.0),
+    ]
+    assert merge_placements(None, fresh) == fresh
+
+
 def test_wide_intervals_are_flagged_and_get_an_extra_round():
     from kernelbench.run.cases import load_case
     from kernelbench.run.plan import RunOptions, plan

@@ -672,6 +672,11 @@ def peak(
                 f"{'':>9}  {len(readings)} quiet readings on this processor: "
                 f"{_peak_amount(min(readings), field)}-{_peak_amount(max(readings), field)}"
             )
+        for placed in entry.get("placements") or []:
+            console.print(
+                f"{'':>9}  threads' round trip about {placed['link_ns']:.0f} ns: best "
+                f"{_peak_amount(placed['gbs'], field)} {unit} ({placed.get('calls', '?')} calls)"
+            )
     console.print(f"cached in {cache_path(device_class(dev))}")
 
 

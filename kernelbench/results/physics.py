@@ -14,10 +14,13 @@
   A row whose throughput, even at the slow end of its time's interval, is above that bound is
   ``suspect``. Peaks come from the run's ``env.json`` (``kernelbench peak`` measures them).
   The bandwidth is the memory's: a ``cold`` row (caches evicted before each call) reads its
-  data from there. A ``hot`` row whose working set (its declared bytes) fits in a cache level
-  (``env.json``'s ``cache.levels``) reads it from that cache, whose bandwidth is not measured:
-  it is bounded by its compute peak only and labelled ``cache_resident``, never flagged for
-  beating the memory's bandwidth.
+  data from there, at the rate of the placement of the threads its calls ran in where the peak
+  has a figure for it (a VM whose host moves its two vCPUs between one core complex and two
+  reads its bus at about half the rate on one; each call's link reading says where it ran).
+  A ``hot`` row whose working set (its declared bytes) fits in a cache level (``env.json``'s
+  ``cache.levels``) reads it from that cache, whose bandwidth is not measured: it is bounded
+  by its compute peak only and labelled ``cache_resident``, never flagged for beating the
+  memory's bandwidth.
 * Beside the roofline at the peak bandwidth, a cold CPU row gets its share of the roofline at
   the bandwidth the bus gave just before each of its calls (the cache eviction's read rate: a
   reading, not a bound): on a VM whose shared bus reads 27-83 GB/s over minutes, that share
@@ -42,6 +45,7 @@ from kernelbench.core import (
     work_flops,
 )
 from kernelbench.results.schema import ResultRow
+from kernelbench.results.states import same_placement
 from kernelbench.statistics import median_interval, rel_halfwidth
 
 PEAK_SOURCES = ("measured", "datasheet")
@@ -81,7 +85,39 @@ def peaks(env: dict, device_class: str) -> dict[str, dict]:
             "source": source,
             "note": str(entry.get("note", "")),
         }
+        placed = placement_peaks(entry)
+        if unit == "gbs" and placed:
+            found[str(kind)]["placements"] = placed
     return found
+
+
+def placement_peaks(entry: dict) -> list[tuple[float, float]]:
+    """``(link_ns, gbs)`` of each placement of the threads a bandwidth peak has a best call
+    for (its ``placements``; empty in older caches and where there is no link probe)."""
+    out = []
+    for p in entry.get("placements") or []:
+        link, gbs = (p.get(k) if isinstance(p, dict) else None for k in ("link_ns", "gbs"))
+        valid = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (link, gbs))
+        if valid:
+            out.append((float(link), float(gbs)))
+    return out
+
+
+def call_bandwidths(row: ResultRow, placements: list[tuple[float, float]]) -> list[float | None]:
+    """The bandwidth peak (GB/s) of the placement each of a cold row's calls ran in, by the
+    link reading just before it (:func:`~kernelbench.results.states.same_placement`; ``None``
+    where the peak has no figure for that placement, or the call no reading). Empty where the
+    row has no reading for every call or the peak no placements."""
+    links = row.link_ns
+    if row.cache != "cold" or not placements or not links or len(links) != len(row.raw_ms):
+        return []
+    out: list[float | None] = []
+    for link in links:
+        near = [
+            (abs(math.log(link / ns)), gbs) for ns, gbs in placements if same_placement(link, ns)
+        ]
+        out.append(min(near)[1] if near else None)
+    return out
 
 
 def _flag(row: ResultRow, reason: str) -> None:
@@ -176,22 +212,42 @@ def _within_bus(row: ResultRow, slow_ms: float) -> bool:
     was read at: a peak measured in a slower state of the machine, not a number against
     physics (a 2-vCPU Zen 4 VM read its bandwidth peak at 33-34 GB/s twice, the bus's rate
     there with the threads on one core complex; with them on two, the eviction read 51 GB/s
-    before the calls and 8-token rows streamed their weights at 44-53 GB/s). A row beyond its
-    compute peak is beyond this roofline too, and a row without a reading for every call is
-    not excused."""
+    before the calls and 8-token rows streamed their weights at 44-53 GB/s). Asked only of a
+    row with a call in a placement the peak has no figure for (:func:`call_bandwidths`). A
+    row beyond its compute peak is beyond this roofline too, and a row without a reading for
+    every call is not excused."""
     share = row.bus_roofline_share
     if share is None or not row.median_ms or slow_ms <= 0:
         return False
     return share * row.median_ms / slow_ms <= 1 + ROOFLINE_MARGIN
 
 
+def _placed_roofline(
+    row: ResultRow, compute_ops: float, bandwidth_gbs: float, placed: list[float | None]
+) -> float:
+    """The roofline (ops/s) of a row whose calls ran in known placements: each call's at the
+    bandwidth peak of its placement (the peak's best figure where it has none for it), as the
+    time that bound allows, their median taken. A call can be no faster than its own bound,
+    so the median of the calls no faster than the median of the bounds."""
+    bound_s = [
+        row.flops
+        / roofline_ops(row.flops, row.bytes or 0.0, compute_ops, (gbs or bandwidth_gbs) * 1e9)
+        for gbs in placed
+    ]
+    return row.flops / statistics.median(bound_s)
+
+
 def check_roofline(
     rows: Iterable[ResultRow], peak: dict[str, dict], levels: dict[str, int] | None = None
 ) -> None:
-    """Set each ok row's roofline and share of it; flag rows above it beyond their interval,
-    unless the bus gave their calls that bandwidth just before them (:func:`_within_bus`).
-    A hot row resident in one of the cache ``levels`` is bounded by compute only."""
+    """Set each ok row's roofline and share of it; flag rows above it beyond their interval.
+    A cold row whose calls ran in placements of the threads the bandwidth peak has figures for
+    is held to those (:func:`call_bandwidths`); where a call's placement has none, the row is
+    not flagged when the bus gave its calls that bandwidth just before them
+    (:func:`_within_bus`). A hot row resident in one of the cache ``levels`` is bounded by
+    compute only."""
     bandwidth = peak.get("bandwidth", {}).get("gbs")
+    placements = peak.get("bandwidth", {}).get("placements") or []
     for row in rows:
         compute = peak.get(precision_class(row.method), {}).get("tops")
         if row.status != "ok" or not row.median_ms or compute is None:
@@ -202,17 +258,23 @@ def check_roofline(
         row.cache_resident = resident_level(row, levels or {}) is not None
         bw = bandwidth * 1e9 if bandwidth and not row.cache_resident else math.inf
         roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
+        placed = call_bandwidths(row, placements) if bandwidth and not row.cache_resident else []
+        if placed:
+            roof = _placed_roofline(row, compute * 1e12, bandwidth, placed)
+        unplaced = not placed or None in placed
         row.roofline_tops = roof / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
         row.bus_roofline_share = bus_roofline_share(row, compute * 1e12)
         interval = median_interval(row.raw_ms)
         slow_ms = interval[1] if interval else row.median_ms
         best_case = row.flops / (slow_ms / 1e3)
-        if best_case > roof * (1 + ROOFLINE_MARGIN) and not _within_bus(row, slow_ms):
+        excused = unplaced and _within_bus(row, slow_ms)
+        if best_case > roof * (1 + ROOFLINE_MARGIN) and not excused:
+            at = " at the bandwidth of its calls' placements" if placed else ""
             _flag(
                 row,
                 f"{ABOVE_ROOFLINE}: {best_case / 1e12:.3g} TOPS at the slow end of its interval "
-                f"> {roof / 1e12:.3g} TOPS attainable (a peak measured in a slower moment "
+                f"> {roof / 1e12:.3g} TOPS attainable{at} (a peak measured in a slower moment "
                 "of the machine, or under load? kernelbench peak --remeasure)",
             )
 

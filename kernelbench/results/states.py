@@ -164,6 +164,24 @@ def _two_groups(
     return math.exp((low[-1] + high[0]) / 2), low_median, high_median, cut / n
 
 
+def link_threshold(links: Sequence[float]) -> float | None:
+    """The round trip that parts the link readings' two groups (the threads on one core
+    complex and on two: :data:`LINK_MIN_SHARE`, :data:`LINK_MIN_CALLS`,
+    :data:`LINK_MIN_SEPARATION`), or ``None`` when they are one group (readings above
+    :data:`LINK_MAX_NS` are left out)."""
+    placed = [v for v in links if _valid(v) and v <= LINK_MAX_NS]
+    groups = _two_groups(placed, LINK_MIN_SHARE, LINK_MIN_CALLS, LINK_MIN_SEPARATION)
+    return groups[0] if groups is not None else None
+
+
+def same_placement(a_ns: float, b_ns: float) -> bool:
+    """Whether two link readings (or two groups' medians) are of one placement of the threads:
+    within :data:`LINK_MIN_SEPARATION` of each other, the least that parts two groups."""
+    if not (_valid(a_ns) and _valid(b_ns)) or max(a_ns, b_ns) > LINK_MAX_NS:
+        return False
+    return max(a_ns, b_ns) < LINK_MIN_SEPARATION * min(a_ns, b_ns)
+
+
 @dataclass(frozen=True)
 class CoreSplit:
     """The core probe's readings (``core_ns``) in two groups: the cores at their usual speed
