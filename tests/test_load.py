@@ -415,7 +415,9 @@ def test_the_bandwidth_peak_records_where_the_host_ran_the_threads(monkeypatch):
     bandwidth = peak.measure_peak(torch.device("cpu"))["bandwidth"]
     assert bandwidth["gbs"] == pytest.approx(61.9) and bandwidth["link_ns"] == [60.4, 281.0]
     assert "best call of GEMV" in bandwidth["note"]
-    assert "round trip 60 ns before and 281 after" in bandwidth["note"]
+    assert (
+        "round trip 290 ns just before it, 60 before the probes and 281 after" in bandwidth["note"]
+    )
     near, far = bandwidth["placements"]
     assert (near["link_ns"], near["gbs"], near["calls"]) == (61.0, pytest.approx(31.9), 20)
     assert (far["link_ns"], far["gbs"], far["calls"]) == (290.0, pytest.approx(61.9), 20)

@@ -303,6 +303,19 @@ def test_peak_share_uses_only_known_peaks(single):
     assert "(datasheet)" in html and "(measured, torch._int_mm, 2 cores)" in html
 
 
+def test_the_bandwidth_peak_of_each_placement_of_the_threads_is_stated(tmp_path):
+    run = write_run(tmp_path)
+    env = json.loads((run / ENV_FILE).read_text(encoding="utf-8"))
+    placements = [{"link_ns": 60.2, "gbs": 37.0}, {"link_ns": 284.0, "gbs": 64.5}]
+    bandwidth = {"gbs": 64.5, "source": "measured", "note": "", "placements": placements}
+    env["peak"]["bandwidth"] = bandwidth
+    (run / ENV_FILE).write_text(json.dumps(env), encoding="utf-8")
+    html = write_report([run], tmp_path / "out" / "r.html").read_text(encoding="utf-8")
+    assert (
+        "37 GB/s at a round trip of about 60 ns, 64.5 GB/s at a round trip of about 284 ns" in html
+    )
+
+
 def test_no_peak_known(tmp_path):
     run = write_run(tmp_path, peak=False)
     html = write_report([run], tmp_path / "out" / "r.html").read_text(encoding="utf-8")

@@ -143,7 +143,14 @@ def _peak_lines(peaks: dict[str, dict]) -> list[str]:
     lines = []
     for kind, p in sorted(peaks.items()):
         value = f"{p['gbs']:.3g} GB/s" if "gbs" in p else f"{p['tops']:.3g} TOPS"
-        lines.append(f"{kind}: {value} ({p['source']}{', ' + p['note'] if p['note'] else ''})")
+        line = f"{kind}: {value} ({p['source']}{', ' + p['note'] if p['note'] else ''})"
+        placed = p.get("placements") or []
+        if placed:
+            each = ", ".join(
+                f"{gbs:.3g} GB/s at a round trip of about {ns:.0f} ns" for ns, gbs in placed
+            )
+            line += f"; by the threads' placement: {each} (a cold row is held to its calls')"
+        lines.append(line)
     return lines
 
 

@@ -135,8 +135,9 @@ def grid(df: pd.DataFrame, title: str, fmt: Formatter) -> Table:
 
 
 def share_text(row: pd.Series) -> str:
-    """Share of the row's roofline at the measured peak bandwidth, and (``b``) at the bandwidth
-    the bus gave just before each call, for a cold row that read it."""
+    """Share of the row's roofline at the measured peak bandwidth (of its calls' placements,
+    where the peak has figures for them), and (``b``) at the bandwidth the bus gave just before
+    each call, for a cold row that read it."""
     share = _num(row.get("roofline_share"))
     if share is None:
         return "-"

@@ -319,7 +319,8 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
     caption = (
         "achieved 1e12 ops/s (declared work / median time); under each number: share of the row's "
         "roofline (its precision's measured compute peak, or bandwidth x arithmetic "
-        "intensity when lower)"
+        "intensity when lower; a cold row's bandwidth that of the threads' placement in each of "
+        "its calls where the peak has a figure for it)"
     )
     if _known(ok, "bus_roofline_share"):
         caption += (

@@ -316,17 +316,20 @@ def _engine(device: torch.device, reuse_memory: bool | None = None) -> Measureme
     return MeasurementEngine(device, _SETTINGS, _SETTINGS, timer=timer, reuse_memory=reuse_memory)
 
 
-def _placement_text(links: list[float | None]) -> str:
-    """Where the host ran the threads around the bandwidth probes, as the cache line's round
-    trip between two of them before and after (``links``), for the peak's note: a VM whose
-    host moves its two vCPUs between one core complex and two reads its bus at about half the
-    rate on one (a 2-vCPU Zen 4 VM: 33-34 GB/s peaks one day, 60-66 on others; the bus before
-    a run's calls 33 GB/s on one, 51 on two), so the figure is of the placement it was read
-    in. Empty where there is no reading (one thread, CUDA, no extension)."""
-    if None in links:
-        return ""
-    before, after = (f"{float(ns):.0f}" for ns in links)
-    return f", the threads' cache-line round trip {before} ns before and {after} after"
+def _placement_text(best: BandwidthCall, around: list[float] | None) -> str:
+    """Where the host ran the threads for the best bandwidth call, for the peak's note: the
+    cache line's round trip between two of them just before that call, and before and after
+    all the probes (``around``). A VM whose host moves its two vCPUs between one core complex
+    and two reads its bus at about half the rate on one (a 2-vCPU Zen 4 VM: 37 GB/s on one and
+    64.5 on two within one measurement, which read about 60 ns before and after its probes),
+    so the figure is of the placement it was read in. Empty where there is no reading (one
+    thread, CUDA, no extension)."""
+    parts = []
+    if best.link_ns is not None:
+        parts.append(f"{best.link_ns:.0f} ns just before it")
+    if around is not None:
+        parts.append(f"{around[0]:.0f} before the probes and {around[1]:.0f} after")
+    return f", the threads' cache-line round trip {', '.join(parts)}" if parts else ""
 
 
 def measure_peak(device: torch.device) -> dict:
@@ -355,20 +358,22 @@ def measure_peak(device: torch.device) -> dict:
                 "processor": chip,
             }
     link = link_probe(device)
-    links = [link() if link else None]
+    before = link() if link else None
     calls = _bandwidth_calls(engine, device, link)
-    links.append(link() if link else None)
+    after = link() if link else None
+    around = None if before is None or after is None else [round(before, 1), round(after, 1)]
     best = max(calls, key=lambda c: c.gbs, default=None)
     if best is not None:
+        where = _placement_text(best, around)
         peak["bandwidth"] = {
             "gbs": best.gbs,
             "source": "measured",
-            "note": f"best call of {best.how}, {threads} threads{_placement_text(links)}, {when}",
+            "note": f"best call of {best.how}, {threads} threads{where}, {when}",
             "device_class": dclass,
             "processor": chip,
         }
-        if None not in links:
-            peak["bandwidth"]["link_ns"] = [round(float(ns), 1) for ns in links]
+        if around is not None:
+            peak["bandwidth"]["link_ns"] = around
         placements = bandwidth_placements(calls, when)
         if placements:
             peak["bandwidth"]["placements"] = placements
