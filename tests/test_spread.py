@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from kernelbench.cli.commands import app
 from kernelbench.report import write_report
 from kernelbench.results.compare import compare_runs, load_run
+from kernelbench.results.schema import KEY_COLUMNS
 from kernelbench.results.spread import (
     GATE_KEY,
     PairGap,
@@ -86,6 +87,89 @@ def test_runs_that_drift_apart_get_the_spread_that_covers_them(tmp_path: Path):
     assert fit.spread.halfwidth == pytest.approx(math.sqrt((widest**2 - 2 * 0.02**2) / 2))
     assert fit.spread.by_backend == {"custom": fit.spread.halfwidth}
     assert (fit.device_class, fit.processor) == (CLASS, PROCESSOR)
+
+
+def by_token_run(path: Path, decode_shift: float) -> Path:
+    """24 sizes at 1 and at 256 tokens: the 1-token rows' speedups moved by ``decode_shift``,
+    the 256-token rows' not (+-2% intervals each)."""
+    rows = []
+    for d in range(24):
+        for tokens, shift in ((1, decode_shift), (256, 0.0)):
+            speedup = 0.8 * (1 + shift)
+            rows.append(row("fp16", backend="torch", tokens=tokens, d_model=768 + d, rounds=4))
+            rows.append(
+                row(
+                    "llm_int8",
+                    tokens=tokens,
+                    d_model=768 + d,
+                    rounds=4,
+                    paired=True,
+                    median_ms=10.0 / speedup,
+                    speedup=speedup,
+                    speedup_lo=speedup * math.exp(-0.02),
+                    speedup_hi=speedup * math.exp(0.02),
+                )
+            )
+    return write_run(path, rows, env())
+
+
+def test_the_spread_is_fitted_per_token_count_and_compare_uses_the_rows_own(tmp_path: Path):
+    """Decode rows drift between runs where prefill rows do not: one pooled figure would
+    widen the prefill rows' bands and leave the decode rows' too narrow."""
+    a, b = by_token_run(tmp_path / "a", 0.0), by_token_run(tmp_path / "b", 0.10)
+    fit = measure_spread([a, b])
+    gap = math.log(1.10)
+    decode = math.sqrt((gap**2 - 2 * 0.02**2) / 2)
+    assert fit.spread.by_tokens == {1: pytest.approx(decode), 256: 0.0}
+    assert fit.spread.by_backend_tokens == {"custom": fit.spread.by_tokens}
+    assert fit.spread.for_row("custom", 256) == 0.0
+    assert fit.spread.for_row("custom", 1) == pytest.approx(decode)
+    assert fit.spread.for_row("custom", 32) == fit.spread.for_backend("custom")  # not measured
+    assert "by token count 1 +-" in fit.spread.describe()
+    # kept and read back as measured
+    path = save_spread(fit, tmp_path / "baselines")
+    kept = read_spread(path.parent)
+    assert kept.by_tokens == {1: pytest.approx(decode, abs=1e-5), 256: 0.0}
+    assert kept.by_backend_tokens["custom"][1] == pytest.approx(decode, abs=1e-5)
+    # compare: a shift within the decode rows' band is beyond a prefill row's
+    moved = write_run(
+        tmp_path / "moved",
+        [row("fp16", backend="torch", tokens=t, d_model=768, rounds=4) for t in (1, 256)]
+        + [
+            row(
+                "llm_int8",
+                tokens=t,
+                d_model=768,
+                rounds=4,
+                paired=True,
+                median_ms=10.0 / (0.8 * 1.06),
+                speedup=0.8 * 1.06,
+                speedup_lo=0.8 * 1.06 * math.exp(-0.02),
+                speedup_hi=0.8 * 1.06 * math.exp(0.02),
+            )
+            for t in (1, 256)
+        ],
+        env(),
+    )
+    got = compare_runs(a, moved, speed_tol=0.0, between=kept)  # 6% faster, both token counts
+    verdicts = {
+        r.key[KEY_COLUMNS.index("tokens")]: r.verdict for r in got.rows if r.key[5] == "llm_int8"
+    }
+    assert verdicts == {1: "same", 256: "faster"}
+
+
+def test_a_kept_spread_by_token_count_that_is_not_one_is_refused(tmp_path: Path):
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    for bad, says in (
+        ({"by_tokens": {"one": 0.1}}, "not a token count"),
+        ({"by_tokens": {"1": 2.0}}, "must be in"),
+        ({"by_backend_tokens": {"custom": 0.1}}, "map backends to objects"),
+    ):
+        entry = {"halfwidth": 0.02, "by_backend": {}, **bad}
+        (folder / "gate.json").write_text(json.dumps({GATE_KEY: entry}), encoding="utf-8")
+        with pytest.raises(SpreadError, match=says):
+            read_spread(folder)
 
 
 def test_bad_sets_of_runs_are_refused_with_the_reason(tmp_path: Path):

@@ -574,7 +574,6 @@ def spread(
 ) -> None:
     """How far runs of one commit on this machine differ beyond their own intervals: the
     spread per run that ``compare`` adds to each run's noise."""
-    from kernelbench.results.schema import KEY_COLUMNS
     from kernelbench.results.spread import SpreadError, measure_spread, save_spread
 
     try:
@@ -593,14 +592,20 @@ def spread(
         own = sum(p.beyond() for p in pairs)
         left = sum(p.beyond(value) for p in pairs)
         lines.append(f"  {name}: {len(pairs)} pairs, {own} beyond their intervals, {left} with it")
-    tokens_at = KEY_COLUMNS.index("tokens")
-    for tokens in sorted({p.key[tokens_at] for p in fit.pairs}):
-        pairs = [p for p in fit.pairs if p.key[tokens_at] == tokens]
+    for tokens in sorted({p.tokens for p in fit.pairs}):
+        pairs = [p for p in fit.pairs if p.tokens == tokens]
         own = sum(p.beyond() for p in pairs)
-        left = sum(p.beyond(fit.spread.for_backend(p.backend)) for p in pairs)
+        left = sum(p.beyond(fit.spread.for_row(p.backend, p.tokens)) for p in pairs)
+        own_fit = fit.spread.by_tokens.get(tokens)
+        figure = f" (+-{own_fit:.1%}" if own_fit is not None else ""
+        each = fit.spread.by_backend_tokens
+        mine = ", ".join(
+            f"{b} +-{at[tokens]:.1%}" for b, at in sorted(each.items()) if tokens in at
+        )
+        figure += f"; {mine})" if figure and mine else (")" if figure else "")
         lines.append(
-            f"  {tokens} tokens: {len(pairs)} pairs, {own} beyond their intervals, {left} with "
-            "the spread"
+            f"  {tokens} tokens{figure}: {len(pairs)} pairs, {own} beyond their intervals, "
+            f"{left} with the spread"
         )
     if save:
         try:

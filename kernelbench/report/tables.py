@@ -496,7 +496,8 @@ def paired(
     calls, by_placement = [], []
     for rec in merged.to_dict("records"):
         a, b = _side(rec, "_a"), _side(rec, "_b")
-        call, placed = judge(a, b, 0.0, split, most, str(rec.get("backend", "")), between)
+        backend, tokens = str(rec.get("backend", "")), rec.get("tokens")
+        call, placed = judge(a, b, 0.0, split, most, backend, between, tokens=tokens)
         calls.append(call)
         by_placement.append(placed)
     merged["verdict"] = [c.verdict for c in calls]

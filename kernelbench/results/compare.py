@@ -280,7 +280,8 @@ def _speed(
     noise)."""
     rounds = (base.most_rounds, new.most_rounds)
     baselines = (_baseline_row(base, b), _baseline_row(new, n))
-    call, _ = judge(b, n, tol, split, rounds, str(b["backend"]), between, baselines)
+    tokens = b.get("tokens")
+    call, _ = judge(b, n, tol, split, rounds, str(b["backend"]), between, baselines, tokens)
     rc.verdict, rc.metric, rc.detail = call.verdict, call.metric, call.detail
     rc.base_value, rc.new_value, rc.change = call.base_value, call.new_value, call.change
     rc.noise, rc.band = call.noise, call.band

@@ -67,6 +67,10 @@ class PairGap:
     def backend(self) -> str:
         return str(self.key[KEY_COLUMNS.index("backend")])
 
+    @property
+    def tokens(self) -> int:
+        return int(self.key[KEY_COLUMNS.index("tokens")])
+
     def needed(self) -> float:
         """The smallest spread per run that covers this pair (0: its intervals do)."""
         excess = self.gap**2 - self.base_halfwidth**2 - self.new_halfwidth**2
@@ -167,17 +171,29 @@ def measure_spread(paths: Sequence[Path], target: float = TARGET_BEYOND) -> Spre
         )
     commits = tuple(sorted(paired))
     by_backend: dict[str, list[PairGap]] = {}
+    by_tokens: dict[int, list[PairGap]] = {}
+    by_both: dict[str, dict[int, list[PairGap]]] = {}
     for g in gaps:
         by_backend.setdefault(g.backend, []).append(g)
+        by_tokens.setdefault(g.tokens, []).append(g)
+        by_both.setdefault(g.backend, {}).setdefault(g.tokens, []).append(g)
     used = sum(len(rs) for rs in paired.values())
     source = (
         f"{used} runs of {len(commits)} commit(s) ({', '.join(c[:7] for c in commits)}), "
         f"{len(gaps)} pairs of rows (kernelbench spread, at most {target:.0%} beyond)"
     )
+
+    def fitted(groups: dict) -> dict:
+        return {k: fit_halfwidth(g, target) for k, g in groups.items() if len(g) >= MIN_PAIRS}
+
+    both = {b: fitted(at) for b, at in by_both.items()}
     spread = RunSpread(
         fit_halfwidth(gaps, target),
-        {b: fit_halfwidth(g, target) for b, g in by_backend.items() if len(g) >= MIN_PAIRS},
+        fitted(by_backend),
         source,
+        # one token count measured is the pooled figure again
+        fitted(by_tokens) if len(by_tokens) > 1 else {},
+        {b: at for b, at in both.items() if at and len(by_tokens) > 1},
     )
     return SpreadFit(used, gaps, spread, device_class, processor, commits)
 
@@ -202,6 +218,11 @@ def save_spread(fit: SpreadFit, baselines_dir: Path = DEFAULT_DIR) -> Path:
     doc[GATE_KEY] = {
         "halfwidth": round(fit.spread.halfwidth, 5),
         "by_backend": {b: round(v, 5) for b, v in sorted(fit.spread.by_backend.items())},
+        "by_tokens": {str(t): round(v, 5) for t, v in sorted(fit.spread.by_tokens.items())},
+        "by_backend_tokens": {
+            b: {str(t): round(v, 5) for t, v in sorted(at.items())}
+            for b, at in sorted(fit.spread.by_backend_tokens.items())
+        },
         "runs": fit.runs,
         "pairs": len(fit.pairs),
         "beyond_own_intervals": round(fit.beyond_share, 4),
@@ -244,6 +265,9 @@ def read_spread(folder: Path) -> RunSpread | None:
     if not isinstance(entry, dict) or not isinstance(entry.get("by_backend", {}), dict):
         raise SpreadError(f"{path}: {GATE_KEY} must be an object with a by_backend object")
     where = f"{path}: {GATE_KEY}"
+    both = entry.get("by_backend_tokens", {})
+    if not isinstance(both, dict) or not all(isinstance(v, dict) for v in both.values()):
+        raise SpreadError(f"{where}.by_backend_tokens must map backends to objects")
     return RunSpread(
         _fraction(entry.get("halfwidth"), f"{where}.halfwidth"),
         {
@@ -251,7 +275,21 @@ def read_spread(folder: Path) -> RunSpread | None:
             for b, v in entry.get("by_backend", {}).items()
         },
         f"{entry.get('measured') or 'measured'} ({path})",
+        _by_tokens(entry.get("by_tokens", {}), f"{where}.by_tokens"),
+        {str(b): _by_tokens(at, f"{where}.by_backend_tokens.{b}") for b, at in both.items()},
     )
+
+
+def _by_tokens(value: object, where: str) -> dict[int, float]:
+    """A gate.json object of spreads keyed by token count (``{"1": 0.12, ...}``)."""
+    if not isinstance(value, dict):
+        raise SpreadError(f"{where} must be an object keyed by token count")
+    out = {}
+    for key, v in value.items():
+        if not str(key).isdigit() or int(key) <= 0:
+            raise SpreadError(f"{where}: {key!r} is not a token count")
+        out[int(key)] = _fraction(v, f"{where}.{key}")
+    return out
 
 
 def machine_of(device_classes: Iterable[str], env: dict) -> tuple[str, str | None] | None:

@@ -47,6 +47,7 @@ samples is not a measurement: a change beyond the tolerance with such a spread i
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -74,19 +75,40 @@ class SpeedCall:
 @dataclass(frozen=True)
 class RunSpread:
     """How far one run's speedups fall from another's on one processor beyond their own
-    intervals: a relative 95% half-width per run, pooled (``halfwidth``) and per backend where
-    measured (``by_backend``); ``source`` says where and how it was measured."""
+    intervals: a relative 95% half-width per run, pooled (``halfwidth``), per backend
+    (``by_backend``), per token count (``by_tokens``) and per backend and token count
+    (``by_backend_tokens``) where measured; ``source`` says where and how it was measured.
+    By token count because the drift differs there: two default sweeps of one commit on a
+    2-vCPU Zen 4 VM left 2 of 88 pairs of 256-token rows beyond their own intervals and 12-18
+    of 88 at 1-32 tokens."""
 
     halfwidth: float
     by_backend: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    by_tokens: dict[int, float] = field(default_factory=dict)
+    by_backend_tokens: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def for_backend(self, backend: str) -> float:
         return self.by_backend.get(backend, self.halfwidth)
 
+    def for_row(self, backend: str, tokens: int | None = None) -> float:
+        """The spread for a row: of its backend at its token count, else of its token count,
+        else of its backend, else pooled (the most specific one measured)."""
+        if isinstance(tokens, numbers.Real) and math.isfinite(tokens):
+            tokens = int(tokens)
+            own = self.by_backend_tokens.get(backend, {})
+            if tokens in own:
+                return own[tokens]
+            if tokens in self.by_tokens:
+                return self.by_tokens[tokens]
+        return self.for_backend(backend)
+
     def describe(self) -> str:
         parts = ", ".join(f"{b} +-{v:.1%}" for b, v in sorted(self.by_backend.items()))
         each = f" ({parts})" if parts else ""
+        if self.by_tokens:
+            at = ", ".join(f"{t} +-{v:.1%}" for t, v in sorted(self.by_tokens.items()))
+            each += f"; by token count {at}"
         return f"+-{self.halfwidth:.1%} per run{each}"
 
 
@@ -306,14 +328,16 @@ def judge(
     backend: str,
     between: RunSpread | None = None,
     baselines: tuple[dict | None, dict | None] = (None, None),
+    tokens: int | None = None,
 ) -> tuple[SpeedCall, bool]:
     """The verdict ``compare`` and the HTML A/B report give a row of ``backend``:
-    :func:`speed_verdict` pooled (each run's noise widened by ``between`` for that backend;
+    :func:`speed_verdict` pooled (each run's noise widened by ``between`` for that backend
+    and ``tokens``;
     ``baselines``: each run's 16-bit baseline row of the cell), judged again in each placement
     (:func:`placement_verdict`, with ``split``), then the one-round rule
     (:func:`one_round_verdict`, ``rounds``: the most rounds of any row of each run). Returns
     the call and whether the placements changed the pooled verdict."""
-    drift = between.for_backend(backend) if between is not None else 0.0
+    drift = between.for_row(backend, tokens) if between is not None else 0.0
     pooled = speed_verdict(base, new, tol, *baselines, drift)
     placed = placement_verdict(pooled, base, new, split, tol, drift)
     return one_round_verdict(placed, base, new, *rounds), placed.verdict != pooled.verdict
