@@ -253,12 +253,37 @@ def test_a_cold_row_is_held_to_the_bandwidth_peak_of_the_placement_its_calls_ran
     # half on each: the calls' median time against the median of their placements' bounds
     mixed = decode_row([30.0, 30.0, 30.0, 50.0, 50.0, 50.0], [60.0] * 3 + [290.0] * 3, [near, far])
     assert not mixed.suspect
-    median_bound_s = (nbytes / 34e9 + nbytes / 63e9) / 2  # the middle two of six bounds
-    assert mixed.roofline_tops == pytest.approx(mixed.flops / median_bound_s / 1e12)
+    # the median as the row's own (a step: the third of six), the far calls' time and bound
+    assert mixed.median_ms == pytest.approx(nbytes / 50e9 * 1e3)
+    assert mixed.roofline_tops == pytest.approx(mixed.flops / (nbytes / 63e9) / 1e12)
     # a placement the peak has no figure for: its best figure, and the bus may excuse the row
     unmeasured = decode_row([45.0] * 6, [290.0] * 6, [near])
     assert unmeasured.roofline_share == pytest.approx(45 / 34) and unmeasured.suspect
     assert not decode_row([45.0] * 6, [290.0] * 6, [near], bus=fast_bus).suspect
+
+
+def test_a_rows_roofline_weighs_its_calls_as_its_median_does():
+    """A pooled row's median gives each round the same weight: a first round of many calls
+    on one core complex and later rounds of few on two put the median among the latter, and
+    the roofline it is held to must be theirs (and the slow end of that median's interval)."""
+    near, far = {"link_ns": 60.0, "gbs": 37.0}, {"link_ns": 290.0, "gbs": 64.5}
+    peak = {
+        "int8": {"tops": 100.0, "source": "measured"},
+        "bandwidth": {"gbs": 64.5, "source": "measured", "placements": [near, far]},
+    }
+    nbytes = work_bytes("int8_raw", 1, K, N)
+
+    def round_of(gbps: float, link: float, calls: int, round_: int) -> dict:
+        ms = nbytes / (gbps * 1e9) * 1e3
+        r = row("int8_raw", [1.0] * calls, tokens=1, m=1, cache="cold", round_=round_)
+        return r | dict(raw_ms=[ms] * calls, baseline_raw_ms=[ms] * calls, link_ns=[link] * calls)
+
+    rounds = [round_of(25.0, 60.0, 8, 0)] + [round_of(40.0, 290.0, 2, i) for i in (1, 2, 3)]
+    (pooled,) = pool_rows(rounds)
+    annotate([pooled], peaks({"peak": peak}, "cpu-test"), 0.05)
+    assert pooled.median_ms == pytest.approx(nbytes / 40e9 * 1e3)  # the far rounds' calls
+    assert pooled.roofline_share == pytest.approx(40 / 64.5)  # not 40 / 37
+    assert not pooled.suspect
 
 
 def test_a_peak_keeps_a_best_call_per_placement_of_the_threads():

@@ -11,8 +11,9 @@
   int32 output took 108 ms of a 1-second call that way).
 * Roofline: each row's attainable throughput is its precision's compute peak, or the memory
   bandwidth times its arithmetic intensity (its declared flops over bytes), whichever is lower.
-  A row whose throughput, even at the slow end of its time's interval, is above that bound is
-  ``suspect``. Peaks come from the run's ``env.json`` (``kernelbench peak`` measures them).
+  A row whose throughput, even at the slow end of its median time's interval (its rounds
+  weighing the same, as in its median), is above that bound is ``suspect``. Peaks come from
+  the run's ``env.json`` (``kernelbench peak`` measures them).
   The bandwidth is the memory's: a ``cold`` row (caches evicted before each call) reads its
   data from there, at the rate of the placement of the threads its calls ran in where the peak
   has a figure for it (a VM whose host moves its two vCPUs between one core complex and two
@@ -46,7 +47,7 @@ from kernelbench.core import (
 )
 from kernelbench.results.schema import ResultRow
 from kernelbench.results.states import same_placement
-from kernelbench.statistics import median_interval, rel_halfwidth
+from kernelbench.statistics import rel_halfwidth, rounds_median_interval, weighted_quantile
 
 PEAK_SOURCES = ("measured", "datasheet")
 #: Peak kinds that are byte rates (GB/s), not op rates.
@@ -222,19 +223,31 @@ def _within_bus(row: ResultRow, slow_ms: float) -> bool:
     return share * row.median_ms / slow_ms <= 1 + ROOFLINE_MARGIN
 
 
+def _rounds(row: ResultRow) -> list[list[float]]:
+    """The row's calls by round (``round_samples``; one round where they do not add up)."""
+    times, sizes = list(row.raw_ms), list(row.round_samples or [])
+    if not sizes or sum(sizes) != len(times) or min(sizes) <= 0:
+        return [times]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [times[a : a + n] for a, n in zip(starts, sizes, strict=True)]
+
+
 def _placed_roofline(
     row: ResultRow, compute_ops: float, bandwidth_gbs: float, placed: list[float | None]
 ) -> float:
     """The roofline (ops/s) of a row whose calls ran in known placements: each call's at the
     bandwidth peak of its placement (the peak's best figure where it has none for it), as the
-    time that bound allows, their median taken. A call can be no faster than its own bound,
-    so the median of the calls no faster than the median of the bounds."""
+    time that bound allows, their median taken with the weights of the row's own median (each
+    round weighing the same). A call can be no faster than its own bound, so the calls' median
+    is no faster than the bounds' median."""
     bound_s = [
         row.flops
         / roofline_ops(row.flops, row.bytes or 0.0, compute_ops, (gbs or bandwidth_gbs) * 1e9)
         for gbs in placed
     ]
-    return row.flops / statistics.median(bound_s)
+    sizes = [len(r) for r in _rounds(row)]
+    weights = [1.0 / n for n in sizes for _ in range(n)]
+    return row.flops / weighted_quantile(bound_s, weights, 0.5)
 
 
 def check_roofline(
@@ -265,7 +278,8 @@ def check_roofline(
         row.roofline_tops = roof / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
         row.bus_roofline_share = bus_roofline_share(row, compute * 1e12)
-        interval = median_interval(row.raw_ms)
+        # the interval of the row's own median: its rounds weighing the same
+        interval = rounds_median_interval(_rounds(row))
         slow_ms = interval[1] if interval else row.median_ms
         best_case = row.flops / (slow_ms / 1e3)
         excused = unplaced and _within_bus(row, slow_ms)
