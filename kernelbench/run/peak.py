@@ -3,7 +3,8 @@
 Each peak is the best throughput of any single call over a few large square-ish GEMMs (every
 backend that runs ``int8_raw`` here is tried for int8; torch's matmul for 16-bit and fp32), and
 bandwidth is the best of a large tensor copy (bytes read plus written), a read-only sum and a
-one-token int8 GEMV over a weight far larger than the caches (weight bytes read). The
+one-token int8 GEMV over a weight far larger than the caches (weight bytes read), also kept
+per placement of the threads the probes' calls ran in (:func:`bandwidth_placements`). The
 best call, not the median: a peak is what the device can do, and on a shared machine a median
 measures the load.
 The figures are cached per device class (``$KERNELBENCH_CACHE`` or ``~/.cache/kernelbench``)
