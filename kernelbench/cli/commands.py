@@ -596,13 +596,12 @@ def spread(
         pairs = [p for p in fit.pairs if p.tokens == tokens]
         own = sum(p.beyond() for p in pairs)
         left = sum(p.beyond(fit.spread.for_row(p.backend, p.tokens)) for p in pairs)
-        own_fit = fit.spread.by_tokens.get(tokens)
-        figure = f" (+-{own_fit:.1%}" if own_fit is not None else ""
-        each = fit.spread.by_backend_tokens
-        mine = ", ".join(
-            f"{b} +-{at[tokens]:.1%}" for b, at in sorted(each.items()) if tokens in at
+        each = sorted(fit.spread.by_backend_tokens.items())
+        figures = (
+            [f"+-{fit.spread.by_tokens[tokens]:.1%}"] if tokens in fit.spread.by_tokens else []
         )
-        figure += f"; {mine})" if figure and mine else (")" if figure else "")
+        figures += [", ".join(f"{b} +-{at[tokens]:.1%}" for b, at in each if tokens in at)]
+        figure = f" ({'; '.join(f for f in figures if f)})" if any(figures) else ""
         lines.append(
             f"  {tokens} tokens{figure}: {len(pairs)} pairs, {own} beyond their intervals, "
             f"{left} with the spread"
