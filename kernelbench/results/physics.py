@@ -47,7 +47,12 @@ from kernelbench.core import (
 )
 from kernelbench.results.schema import ResultRow
 from kernelbench.results.states import same_placement
-from kernelbench.statistics import rel_halfwidth, rounds_median_interval, weighted_quantile
+from kernelbench.statistics import (
+    rel_halfwidth,
+    round_weights,
+    rounds_median_interval,
+    weighted_quantile,
+)
 
 PEAK_SOURCES = ("measured", "datasheet")
 #: Peak kinds that are byte rates (GB/s), not op rates.
@@ -233,20 +238,24 @@ def _rounds(row: ResultRow) -> list[list[float]]:
 
 
 def _placed_roofline(
-    row: ResultRow, compute_ops: float, bandwidth_gbs: float, placed: list[float | None]
+    row: ResultRow,
+    compute_ops: float,
+    bandwidth_gbs: float,
+    placed: list[float | None],
+    per_round: list[list[float]],
 ) -> float:
     """The roofline (ops/s) of a row whose calls ran in known placements: each call's at the
     bandwidth peak of its placement (the peak's best figure where it has none for it), as the
     time that bound allows, their median taken with the weights of the row's own median (each
-    round weighing the same). A call can be no faster than its own bound, so the calls' median
-    is no faster than the bounds' median."""
+    round weighing the same: ``per_round``, the row's calls by round, weighed as the pooling
+    weighs them). A call can be no faster than its own bound, so the calls' median is no
+    faster than the bounds' median."""
     bound_s = [
         row.flops
         / roofline_ops(row.flops, row.bytes or 0.0, compute_ops, (gbs or bandwidth_gbs) * 1e9)
         for gbs in placed
     ]
-    sizes = [len(r) for r in _rounds(row)]
-    weights = [1.0 / n for n in sizes for _ in range(n)]
+    _, weights = round_weights(per_round)
     return row.flops / weighted_quantile(bound_s, weights, 0.5)
 
 
@@ -271,15 +280,16 @@ def check_roofline(
         row.cache_resident = resident_level(row, levels or {}) is not None
         bw = bandwidth * 1e9 if bandwidth and not row.cache_resident else math.inf
         roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
+        per_round = _rounds(row)
         placed = call_bandwidths(row, placements) if bandwidth and not row.cache_resident else []
         if placed:
-            roof = _placed_roofline(row, compute * 1e12, bandwidth, placed)
+            roof = _placed_roofline(row, compute * 1e12, bandwidth, placed, per_round)
         unplaced = not placed or None in placed
         row.roofline_tops = roof / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
         row.bus_roofline_share = bus_roofline_share(row, compute * 1e12)
         # the interval of the row's own median: its rounds weighing the same
-        interval = rounds_median_interval(_rounds(row))
+        interval = rounds_median_interval(per_round)
         slow_ms = interval[1] if interval else row.median_ms
         best_case = row.flops / (slow_ms / 1e3)
         excused = unplaced and _within_bus(row, slow_ms)
