@@ -265,7 +265,7 @@ def test_a_cold_row_is_held_to_the_bandwidth_peak_of_the_placement_its_calls_ran
 def test_a_rows_roofline_weighs_its_calls_as_its_median_does():
     """A pooled row's median gives each round the same weight: a first round of many calls
     on one core complex and later rounds of few on two put the median among the latter, and
-    the roofline it is held to must be theirs (and the slow end of that median's interval)."""
+    the roofline its shown share is of must be theirs."""
     near, far = {"link_ns": 60.0, "gbs": 37.0}, {"link_ns": 290.0, "gbs": 64.5}
     peak = {
         "int8": {"tops": 100.0, "source": "measured"},

@@ -11,9 +11,9 @@
   int32 output took 108 ms of a 1-second call that way).
 * Roofline: each row's attainable throughput is its precision's compute peak, or the memory
   bandwidth times its arithmetic intensity (its declared flops over bytes), whichever is lower.
-  A row whose throughput, even at the slow end of its median time's interval (its rounds
-  weighing the same, as in its median), is above that bound is ``suspect``. Peaks come from
-  the run's ``env.json`` (``kernelbench peak`` measures them).
+  A row whose throughput, even at the slow end of the interval of its calls' median time, is
+  above that bound is ``suspect``; its shown share is of its pooled median (rounds weighing the
+  same). Peaks come from the run's ``env.json`` (``kernelbench peak`` measures them).
   The bandwidth is the memory's: a ``cold`` row (caches evicted before each call) reads its
   data from there, at the rate of the placement of the threads its calls ran in where the peak
   has a figure for it (a VM whose host moves its two vCPUs between one core complex and two
@@ -48,9 +48,9 @@ from kernelbench.core import (
 from kernelbench.results.schema import ResultRow
 from kernelbench.results.states import same_placement
 from kernelbench.statistics import (
+    median_interval,
     rel_halfwidth,
     round_weights,
-    rounds_median_interval,
     weighted_quantile,
 )
 
@@ -242,20 +242,21 @@ def _placed_roofline(
     compute_ops: float,
     bandwidth_gbs: float,
     placed: list[float | None],
-    per_round: list[list[float]],
+    weights: list[float] | None = None,
 ) -> float:
     """The roofline (ops/s) of a row whose calls ran in known placements: each call's at the
     bandwidth peak of its placement (the peak's best figure where it has none for it), as the
-    time that bound allows, their median taken with the weights of the row's own median (each
-    round weighing the same: ``per_round``, the row's calls by round, weighed as the pooling
-    weighs them). A call can be no faster than its own bound, so the calls' median is no
-    faster than the bounds' median."""
+    time that bound allows, their median taken: over the calls as they are (``weights``
+    ``None``: the check, against the interval of the calls' median), or with ``weights`` (the
+    shown share, against the row's pooled median, whose rounds weigh the same). A call can be
+    no faster than its own bound, so the calls' median is no faster than the bounds' median."""
     bound_s = [
         row.flops
         / roofline_ops(row.flops, row.bytes or 0.0, compute_ops, (gbs or bandwidth_gbs) * 1e9)
         for gbs in placed
     ]
-    _, weights = round_weights(per_round)
+    if weights is None:
+        return row.flops / statistics.median(bound_s)
     return row.flops / weighted_quantile(bound_s, weights, 0.5)
 
 
@@ -280,16 +281,17 @@ def check_roofline(
         row.cache_resident = resident_level(row, levels or {}) is not None
         bw = bandwidth * 1e9 if bandwidth and not row.cache_resident else math.inf
         roof = roofline_ops(row.flops, row.bytes or 0.0, compute * 1e12, bw)
-        per_round = _rounds(row)
         placed = call_bandwidths(row, placements) if bandwidth and not row.cache_resident else []
+        shown = roof
         if placed:
-            roof = _placed_roofline(row, compute * 1e12, bandwidth, placed, per_round)
+            _, weights = round_weights(_rounds(row))
+            shown = _placed_roofline(row, compute * 1e12, bandwidth, placed, weights)
+            roof = _placed_roofline(row, compute * 1e12, bandwidth, placed)
         unplaced = not placed or None in placed
-        row.roofline_tops = roof / 1e12
+        row.roofline_tops = shown / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
         row.bus_roofline_share = bus_roofline_share(row, compute * 1e12)
-        # the interval of the row's own median: its rounds weighing the same
-        interval = rounds_median_interval(per_round)
+        interval = median_interval(row.raw_ms)
         slow_ms = interval[1] if interval else row.median_ms
         best_case = row.flops / (slow_ms / 1e3)
         excused = unplaced and _within_bus(row, slow_ms)
