@@ -51,7 +51,7 @@ mkdir -p "$out"
 if ! base=$(kernelbench baseline path --device cpu 2>/dev/null); then
   echo "GATE SKIPPED: no committed baseline for this machine class ($(python3 -c \
     'import torch; from kernelbench.run.env import device_class; print(device_class(torch.device("cpu")))'))"
-  echo "(make one: 10 x 'kernelbench run --quick', 'kernelbench merge', 'kernelbench baseline update';"
+  echo "(make one: 10 x 'kernelbench run --quick --cache hot --extra-rounds 0', 'kernelbench merge', 'kernelbench baseline update';"
   echo " measure its tolerance with scripts/gate_noise.py: docs/benchmarks.md)"
   exit 0
 fi
@@ -67,8 +67,10 @@ speed_tol="${KB_GATE_SPEED_TOL:-${measured_tol:-0.30}}"
 sweep() {  # sweep FIRST LAST: quick rounds FIRST..LAST, then pool every round so far
   for i in $(seq "$1" "$2"); do
     echo "== quick round $i"
-    # --cache hot: the committed baselines were measured with the caches left warm
-    kernelbench run --quick --device cpu --cache hot --out "$out/round$i" --no-report \
+    # --cache hot, --extra-rounds 0: as the committed baselines were measured (caches left
+    # warm, one round per run)
+    kernelbench run --quick --device cpu --cache hot --extra-rounds 0 --out "$out/round$i" \
+      --no-report \
       >"$out/round$i.log" 2>&1 \
       || { tail -20 "$out/round$i.log"; return 1; }
   done
@@ -101,7 +103,7 @@ if stale:
 PY
 then
   echo "GATE SKIPPED: the committed baseline ($base) was drawn from other inputs; make it again"
-  echo "on this machine class (10 x 'kernelbench run --quick', merge, 'kernelbench baseline update')"
+  echo "on this machine class (10 x 'kernelbench run --quick --cache hot --extra-rounds 0', merge, 'kernelbench baseline update')"
   exit 0
 fi
 echo "gating $out/merged ($rounds rounds) against $base"
@@ -122,7 +124,7 @@ if [ "$status" -eq 3 ]; then
   # the noise (same class name, different host): its speeds cannot gate this machine's
   echo "SPEED GATE SKIPPED: the committed baseline ($base) comes from a machine that is not"
   echo "comparable with this one (see NOT COMPARABLE above); make it again on this machine"
-  echo "(10 x 'kernelbench run --quick', merge, 'kernelbench baseline update')"
+  echo "(10 x 'kernelbench run --quick --cache hot --extra-rounds 0', merge, 'kernelbench baseline update')"
   exit 0
 fi
 

@@ -1,7 +1,7 @@
 """How often does the CI speed gate fail unchanged code, and catch a real slowdown, here?
 
-Usage (each ROUND a `kernelbench run --quick` of one unchanged commit, taken one after another
-with nothing else running):
+Usage (each ROUND a `kernelbench run --quick --cache hot --extra-rounds 0` of one unchanged
+commit, taken one after another with nothing else running):
 
     python scripts/gate_noise.py ROUND1 ... ROUND10 [--baseline-rounds 4] [--group 3] [--tol 0.3]
 

@@ -185,8 +185,9 @@ workload() {  # workload [memcheck|racecheck]
     python3 scripts/kernel_workload.py --device cuda "${extra[@]}"
 }
 sweep() {
-  # quick: one round, short budgets; the flags given win over the profile's, and the gpt3
-  # case's eight dims are listed (a case name alone would take the quick profile's three).
+  # quick: one round (no extra one: the device time is counted), short budgets; the flags
+  # given win over the profile's, and the gpt3 case's eight dims are listed (a case name
+  # alone would take the quick profile's three).
   local dims
   dims="$(python3 - <<'EOF'
 import tomllib
@@ -194,9 +195,10 @@ with open("cases/gpt3.toml", "rb") as f:
     print(",".join(str(size["d_model"]) for size in tomllib.load(f)["sizes"]))
 EOF
 )"
-  local args=(--quick --case gpt3 --sizes "$dims" --tokens 2048 --device cuda --budget 0.2)
-  ((dry)) && args=(--quick --case gpt3 --sizes "${dims%%,*}" --tokens 16 --device cpu
-                   --backends custom --methods llm_int8 --budget 0.05 --no-report)
+  local args=(--quick --extra-rounds 0 --case gpt3 --sizes "$dims" --tokens 2048 --device cuda
+              --budget 0.2)
+  ((dry)) && args=(--quick --extra-rounds 0 --case gpt3 --sizes "${dims%%,*}" --tokens 16
+                   --device cpu --backends custom --methods llm_int8 --budget 0.05 --no-report)
   python3 -c 'import sys; from kernelbench.cli import app; sys.argv[0] = "kernelbench"; app()' \
     run "${args[@]}" --out "$work/run"
 }

@@ -29,7 +29,8 @@ out="${1:-$(mktemp -d)/ray-check}"
 shift || true
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--sizes gpt3 --quick)
-args=(--max-call 120 "${args[@]}")  # first, so a --max-call given by the caller wins
+# no extra rounds either: which rows get one depends on their measured intervals
+args=(--max-call 120 --extra-rounds 0 "${args[@]}")  # first, so the caller's flags win
 port="${KB_RAY_PORT:-6390}"
 mkdir -p "$out"
 ray_tmp="$(mktemp -d /tmp/kbray.XXXXXX)"  # own session dir: no stale state from another Ray

@@ -363,6 +363,52 @@ def test_extra_rounds_serve_rows_within_reach_of_the_target_first():
     assert len(followup_items(rows, env, items, 1)) == 2
 
 
+def test_an_ordering_contradiction_gets_the_extra_round_before_cheaper_wide_rows():
+    """A one-round run's intervals miss the spread between rounds, so a contradiction of the
+    work order is measured again first, even where a cheaper cell holds a row within reach."""
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import RunOptions, plan
+
+    env = {"ci_target": 0.05}
+    contradiction = [  # 2048 tokens, 10 ms pairs: vectorwise (more work) measured faster
+        baseline(),
+        row("int8_raw", [2.0] * 9 + [2.02]),
+        row("vectorwise", [2.4] * 10),
+    ]
+    near = [2.0 + 0.12 * ((i % 5) - 2) for i in range(15)]  # half-width 6%: just wide
+    cheap = [
+        row("fp16", [], backend="torch", raw_ms=[5.0] * 3, paired=False, median_ms=5.0, tokens=8),
+        row("int8_raw", near, base_ms=5.0, tokens=8),
+    ]
+    pooled = pooled_rows(contradiction + cheap, env)
+    assert {(r.tokens, r.method) for r in pooled if r.suspect} == {
+        (M, "int8_raw"),
+        (M, "vectorwise"),
+    }
+    assert any(r.tokens == 8 and r.ci_wide and not r.suspect for r in pooled)
+    items = plan(load_case("gpt3"), RunOptions(sizes=(768,), tokens=(8, M), rounds=1))
+    # room for one cell (pairs of 29 and 7.5 ms): the contradiction's, though it costs more
+    (only,) = followup_items(contradiction + cheap, env, items, 1, budget_s=0.03)
+    assert only.tokens == M
+    assert only.only == frozenset({("custom", "int8_raw"), ("custom", "vectorwise")})
+    assert [i.tokens for i in followup_items(contradiction + cheap, env, items, 1, 1.0)] == [M, 8]
+
+
+def test_the_quick_profile_looks_again_at_its_flagged_rows_within_seconds():
+    from kernelbench.run.plan import RunOptions, extra_round_budget
+    from kernelbench.run.profiles import resolve
+
+    quick = resolve("quick")
+    assert quick.rounds == 1 and quick.extra_rounds == 1
+    opts = RunOptions(
+        extra_rounds=quick.extra_rounds,
+        extra_share=quick.extra_share,
+        extra_round_budget_s=quick.extra_round_budget_s,
+    )
+    assert extra_round_budget(15.0, opts) == 5.0  # a 15 s first look gets 5 s more at most
+    assert resolve("quick", extra_rounds=0).extra_rounds == 0  # the CI gate's protocol
+
+
 def test_extra_rounds_judge_each_placement_on_its_own():
     """Calls on one core complex (link 50 ns) and on two (330 ns) give two speedups: the
     pooled interval spans both, but a row narrow in each placement is settled; a row wide in

@@ -94,6 +94,7 @@ def _settings(req: RunRequest, prep: _Prepared, dclass: str, threads: int) -> di
         "ci_target": p.ci_target,
         "extra_rounds": p.extra_rounds,
         "extra_share": p.extra_share,
+        "extra_round_budget_s": p.extra_round_budget_s,
         "cache": req.cache,
         "core_wait_s": p.core_wait_s,
         "device_class": dclass,
@@ -157,6 +158,7 @@ def _prepare(req: RunRequest) -> _Prepared:
             ci_target=p.ci_target,
             extra_rounds=p.extra_rounds,
             extra_share=p.extra_share,
+            extra_round_budget_s=p.extra_round_budget_s,
             cache=req.cache,
         )
         items = plan(the_case, opts)

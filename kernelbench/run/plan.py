@@ -203,8 +203,9 @@ def followup_items(
     extra round narrows: a row narrow in every state it has pairs in is settled, and with
     ``link_now_ns`` (the threads' link read now) a row wide only in the other state comes
     last, as a round now adds pairs to the state the host is in. With ``budget_s``, the rows
-    within reach of the target (at most :data:`WITHIN_REACH` times it, or in an ordering
-    contradiction) come first, then the others, each tier's cheapest cells first, and the
+    in an ordering contradiction come first (a physics flag the reader sees; a one-round run's
+    intervals miss the spread between rounds), then those within reach of the target (at most
+    :data:`WITHIN_REACH` times it), then the others, each tier's cheapest cells first, and the
     round stops where their estimated cost would exceed it: more pairs go where they can
     settle a row. A row is estimated as the engine times it: for its budget per round
     (``row_budget_s``, an uncertain row seldom meets its interval target sooner), and at
@@ -226,9 +227,10 @@ def followup_items(
     now = None
     if states.split is not None and link_now_ns is not None:
         now = state_of(None, states.split, link_now_ns)
-    # within reach, the others, wide only in the state the host is not in now
-    tiers: tuple[dict[tuple, set], ...] = ({}, {}, {})
-    costs: tuple[dict[tuple, float], ...] = ({}, {}, {})
+    # ordering contradictions, within reach, the others, wide only in the state the host is
+    # not in now
+    tiers: tuple[dict[tuple, set], ...] = ({}, {}, {}, {})
+    costs: tuple[dict[tuple, float], ...] = ({}, {}, {}, {})
     for idx, row in candidates.iterrows():
         in_order = bool(ordering[idx])
         by_state = {s: v for s, v in states.by_row.get(idx, {}).items() if v.pairs >= 2}
@@ -245,7 +247,8 @@ def followup_items(
         else:
             width = rel_halfwidth(row["speedup"], row["speedup_lo"], row["speedup_hi"])
             elsewhere = False
-        tier = 2 if elsewhere else 0 if in_order or width <= WITHIN_REACH * target else 1
+        within_reach = width <= WITHIN_REACH * target
+        tier = 3 if elsewhere else 0 if in_order else 1 if within_reach else 2
         cell = (row["d_model"], row["layer"], row["tokens"])
         tiers[tier].setdefault(cell, set()).add((row["backend"], row["method"]))
         pair_ms = _ms(row["median_ms"]) + _ms(row["baseline_ms"])

@@ -30,6 +30,7 @@ class Profile:
     ci_target: float = default("ci_target")
     extra_rounds: int = default("extra_rounds")
     extra_share: float = default("extra_share")
+    extra_round_budget_s: float = default("extra_round_budget_s")
     threads: int | None = default("threads")
     min_pairs: int = default("min_pairs")
     core_wait_s: float = default("core_wait_s")
@@ -41,14 +42,18 @@ PROFILES: dict[str, Profile] = {
         Profile("default", "every size of the case at its token counts"),
         Profile(
             "quick",
-            "CI-sized: d 768, 1024, 2048 at 256 tokens, short budgets, one round",
+            "CI-sized: d 768, 1024, 2048 at 256 tokens, short budgets, one round (and a few "
+            "seconds more for rows that contradict the work order or are wide)",
             sizes=(768, 1024, 2048),
             tokens=(256,),
             budget_s=0.3,
             max_call_s=5.0,
             error_rows=256,
             rounds=1,
-            extra_rounds=0,
+            # one round's intervals miss the spread between rounds: an ordering contradiction
+            # (a first run's `suspect`) gets another look before it is reported
+            extra_rounds=1,
+            extra_round_budget_s=5.0,
         ),
         Profile(
             "full",
