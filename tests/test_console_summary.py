@@ -317,3 +317,13 @@ def test_rows_past_the_cached_peak_at_their_median_are_named(
         assert "kernelbench peak --remeasure" in text
     html = write_report([tmp_path]).read_text()
     assert ("ran faster at their median than the cached peaks allow" in html) == noted
+
+
+def test_a_share_above_a_peak_without_its_placement_is_marked():
+    import pandas as pd
+
+    from kernelbench.report.console import share_text
+
+    row = pd.Series({"roofline_share": 1.3, "bus_roofline_share": 0.9, "above_peak": True})
+    assert share_text(row) == "130% b90% [yellow]p[/yellow]"
+    assert share_text(row.drop("above_peak")) == "130% b90%"

@@ -200,8 +200,10 @@ def test_a_row_above_the_peak_but_within_the_bus_before_its_calls_is_not_suspect
     # per call 45 GB/s of the bus before it: the median of six, between 45/51 and 45/50
     assert faster_state.bus_roofline_share == pytest.approx((45 / 51 + 45 / 50) / 2)
     assert not faster_state.suspect
+    assert faster_state.above_peak  # its share passes 100%: labelled, the tables say why
     slow_bus = decode_row([33.0] * 6)  # the bus read the peak's rate: the row is against it
     assert slow_bus.suspect and "above roofline" in slow_bus.suspect_reason
+    assert not slow_bus.above_peak
     assert decode_row(None).suspect  # no reading before its calls: nothing excuses it
     # beyond the compute peak, a fast bus excuses nothing
     compute_bound = {**peak, "int8": {"tops": 0.001, "source": "measured"}}
@@ -250,6 +252,7 @@ def test_a_cold_row_is_held_to_the_bandwidth_peak_of_the_placement_its_calls_ran
     assert decode_row([45.0] * 6, [60.0] * 6, [near, far], bus=fast_bus).suspect
     far_calls = decode_row([45.0] * 6, [280.0, 300.0, 290.0, 310.0, 270.0, 295.0], [near, far])
     assert far_calls.roofline_share == pytest.approx(45 / 63) and not far_calls.suspect
+    assert not far_calls.above_peak and not near_calls.above_peak
     # half on each: the calls' median time against the median of their placements' bounds
     mixed = decode_row([30.0, 30.0, 30.0, 50.0, 50.0, 50.0], [60.0] * 3 + [290.0] * 3, [near, far])
     assert not mixed.suspect
@@ -259,7 +262,8 @@ def test_a_cold_row_is_held_to_the_bandwidth_peak_of_the_placement_its_calls_ran
     # a placement the peak has no figure for: its best figure, and the bus may excuse the row
     unmeasured = decode_row([45.0] * 6, [290.0] * 6, [near])
     assert unmeasured.roofline_share == pytest.approx(45 / 34) and unmeasured.suspect
-    assert not decode_row([45.0] * 6, [290.0] * 6, [near], bus=fast_bus).suspect
+    excused = decode_row([45.0] * 6, [290.0] * 6, [near], bus=fast_bus)
+    assert not excused.suspect and excused.above_peak
 
 
 def test_a_rows_roofline_weighs_its_calls_as_its_median_does():
@@ -589,3 +593,20 @@ def test_cold_timers_in_tests_do_not_wait_for_fast_cores():
     timer = call_timer("cpu", cache="cold", core_probe=lambda: 1.0, core_wait_s=2.0)
     assert timer.core_gate is not None and timer.core_gate.max_wait_s == 0.0
     assert default("core_wait_s") > 0
+
+
+def test_rows_above_a_peak_without_their_placement_make_the_run_measure_it_again():
+    """A flagged row and a row above the peak only where it has no figure for the calls'
+    placement both count: a re-measurement may add that placement's figure."""
+    import pandas as pd
+
+    from kernelbench.cli.sweep import _rows_above_roofline
+
+    view = pd.DataFrame(
+        {
+            "suspect_reason": ["above roofline: 1.2 TOPS > 1.0", "", "", "ordering: x"],
+            "above_peak": [False, True, False, False],
+        }
+    )
+    assert _rows_above_roofline(view) == 2
+    assert _rows_above_roofline(view.drop(columns="above_peak")) == 1  # older views

@@ -290,9 +290,11 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
 def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
     """Rows above their roofline: the cached peak was measured in a slower moment of the
     machine (a host that shares its cores out reads 11-17% apart between quiet readings), or
-    the row is wrong. Measure the peaks again, once (quiet by their own checks; the cache keeps
-    the best call), and read the run against them: a row still above stays flagged. Returns
-    the run's view, read against the peaks it ends with."""
+    in another placement of the threads than some of the rows' calls (``above_peak``: the
+    peak has no figure for theirs), or the row is wrong. Measure the peaks again, once (quiet
+    by their own checks; the cache keeps each placement's best call and adds the ones it had
+    not seen), and read the run against them: a row still above stays flagged. Returns the
+    run's view, read against the peaks it ends with."""
     from kernelbench.results.schema import load_env, write_env
     from kernelbench.results.view import load_view
     from kernelbench.run.peak import PeakRefused, cached_peak
@@ -320,10 +322,15 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
 
 
 def _rows_above_roofline(view) -> int:
+    """Rows flagged above their roofline, and those above the measured peak's only where it
+    has no figure for their calls' placement."""
     from kernelbench.results.physics import ABOVE_ROOFLINE
     from kernelbench.results.view import flagged
 
-    return int(flagged(view, ABOVE_ROOFLINE).sum())
+    above = flagged(view, ABOVE_ROOFLINE)
+    if "above_peak" in view:
+        above = above | view["above_peak"].fillna(False).astype(bool)
+    return int(above.sum())
 
 
 def _cache_env(mode: str, device: str) -> dict:

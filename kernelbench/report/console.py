@@ -147,6 +147,8 @@ def share_text(row: pd.Series) -> str:
         text += f" b{bus:.0%}"
     if row.get("cache_resident") is True:
         text += " [cyan]c[/cyan]"
+    if row.get("above_peak") is True:
+        text += " [yellow]p[/yellow]"
     return text
 
 
@@ -212,6 +214,12 @@ def _legend(shown: pd.DataFrame, speedups_only: pd.DataFrame | None = None) -> s
         parts.append(
             "c cache-resident (a hot row whose working set fits in a cache: bounded by compute "
             "only)"
+        )
+    if flagged(cells, "above_peak"):  # shares print in the by-tokens tables too
+        parts.append(
+            "p above the measured peak's roofline, within the bus's bandwidth before its calls: "
+            "they ran in a placement of the threads the peak has no figure for (not flagged; "
+            "kernelbench peak --remeasure while the host runs them so)"
         )
     if "bus_roofline_share" in every and every["bus_roofline_share"].notna().any():
         parts.append(

@@ -299,6 +299,11 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
         tops = _pivot(df, "tops")
         roof = _pivot(df, "roofline_share") if _known(df, "roofline_share") else None
         bus = _pivot(df, "bus_roofline_share") if _known(df, "bus_roofline_share") else None
+        above = None
+        if "above_peak" in df:
+            above = _pivot(
+                df.assign(above_peak=df["above_peak"].fillna(False).astype(float)), "above_peak"
+            )
 
         def cell(method: str, d: int) -> Cell:
             value, share = _get(tops, method, d), _get(roof, method, d)
@@ -306,6 +311,8 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
             at_bus = _get(bus, method, d)
             if note and at_bus is not None:
                 note += f" ({100 * at_bus:.0f}% at the bus)"
+            if note and (_get(above, method, d) or 0.0) > 0:
+                note += ", above the measured peak: its placement has no figure"
             return Cell(text=fmt(value, 3), note=note, attrs=_cell_attrs(backend, method, d, value))
 
         return cell

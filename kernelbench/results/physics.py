@@ -267,8 +267,8 @@ def check_roofline(
     A cold row whose calls ran in placements of the threads the bandwidth peak has figures for
     is held to those (:func:`call_bandwidths`); where a call's placement has none, the row is
     not flagged when the bus gave its calls that bandwidth just before them
-    (:func:`_within_bus`). A hot row resident in one of the cache ``levels`` is bounded by
-    compute only."""
+    (:func:`_within_bus`): it is labelled ``above_peak`` instead, as its share passes 100%. A
+    hot row resident in one of the cache ``levels`` is bounded by compute only."""
     bandwidth = peak.get("bandwidth", {}).get("gbs")
     placements = peak.get("bandwidth", {}).get("placements") or []
     for row in rows:
@@ -294,8 +294,10 @@ def check_roofline(
         interval = median_interval(row.raw_ms)
         slow_ms = interval[1] if interval else row.median_ms
         best_case = row.flops / (slow_ms / 1e3)
-        excused = unplaced and _within_bus(row, slow_ms)
-        if best_case > roof * (1 + ROOFLINE_MARGIN) and not excused:
+        above = best_case > roof * (1 + ROOFLINE_MARGIN)
+        excused = above and unplaced and _within_bus(row, slow_ms)
+        row.above_peak = excused
+        if above and not excused:
             at = " at the bandwidth of its calls' placements" if placed else ""
             _flag(
                 row,

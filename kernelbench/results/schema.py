@@ -127,6 +127,10 @@ class ResultRow:
     # instead of the measured peak: the median over the calls (a cold CPU row only)
     bus_roofline_share: float | None = None
     cache_resident: bool = False  # a hot row whose working set fits in a cache level
+    # a cold row above its roofline at the measured peak but within the bus's bandwidth before
+    # its calls, which ran in a placement of the threads the peak has no figure for: the peak
+    # is behind there (shown, never a flag)
+    above_peak: bool = False
     ci_wide: bool = False  # the speedup's interval is wider than the run's ci_target
     suspect: bool = False  # breaks physics beyond its interval (ordering, above roofline)
     suspect_reason: str = ""
