@@ -310,7 +310,8 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
     try:
         fresh = cached_peak(prep.device, remeasure=True)
     except PeakRefused as exc:
-        console.print(f"[yellow]{escape(str(exc))}; the rows stay flagged[/yellow]")
+        said = f"{escape(str(exc))}; the rows are read against the cached peaks"
+        console.print(f"[yellow]{said}[/yellow]")
         return view
     env = load_env(req.out)
     env["peak"] = {**env.get("peak", {}), **fresh}
