@@ -237,27 +237,19 @@ def _rounds(row: ResultRow) -> list[list[float]]:
     return [times[a : a + n] for a, n in zip(starts, sizes, strict=True)]
 
 
-def _placed_roofline(
-    row: ResultRow,
-    compute_ops: float,
-    bandwidth_gbs: float,
-    placed: list[float | None],
-    weights: list[float] | None = None,
-) -> float:
-    """The roofline (ops/s) of a row whose calls ran in known placements: each call's at the
-    bandwidth peak of its placement (the peak's best figure where it has none for it), as the
-    time that bound allows, their median taken: over the calls as they are (``weights``
-    ``None``: the check, against the interval of the calls' median), or with ``weights`` (the
-    shown share, against the row's pooled median, whose rounds weigh the same). A call can be
-    no faster than its own bound, so the calls' median is no faster than the bounds' median."""
-    bound_s = [
+def _placed_bounds(
+    row: ResultRow, compute_ops: float, bandwidth_gbs: float, placed: list[float | None]
+) -> list[float]:
+    """Seconds each call of a row whose calls ran in known placements could take at least: its
+    roofline at the bandwidth peak of its placement (the peak's best figure where it has none
+    for it). A call can be no faster than its own bound, so the calls' median is no faster
+    than the bounds' median: the check takes them as they are (against the interval of the
+    calls' median), the shown share with the round weights of the row's pooled median."""
+    return [
         row.flops
         / roofline_ops(row.flops, row.bytes or 0.0, compute_ops, (gbs or bandwidth_gbs) * 1e9)
         for gbs in placed
     ]
-    if weights is None:
-        return row.flops / statistics.median(bound_s)
-    return row.flops / weighted_quantile(bound_s, weights, 0.5)
 
 
 def check_roofline(
@@ -284,9 +276,10 @@ def check_roofline(
         placed = call_bandwidths(row, placements) if bandwidth and not row.cache_resident else []
         shown = roof
         if placed:
+            bounds = _placed_bounds(row, compute * 1e12, bandwidth, placed)
             _, weights = round_weights(_rounds(row))
-            shown = _placed_roofline(row, compute * 1e12, bandwidth, placed, weights)
-            roof = _placed_roofline(row, compute * 1e12, bandwidth, placed)
+            shown = row.flops / weighted_quantile(bounds, weights, 0.5)
+            roof = row.flops / statistics.median(bounds)
         unplaced = not placed or None in placed
         row.roofline_tops = shown / 1e12
         row.roofline_share = row.tops / row.roofline_tops if row.tops else None
