@@ -81,6 +81,17 @@ def round_weights(per_round: Sequence[Sequence[float]]) -> tuple[list[float], li
     return values, weights
 
 
+def round_slices(round_samples: Sequence[int] | None, calls: int) -> list[slice] | None:
+    """Where each round's calls lie among a pooled row's ``calls`` values (``round_samples``:
+    its calls per round, in order); ``None`` where they are unknown, do not add up to
+    ``calls`` or one is not positive (a row as written, or pooled by an older reader)."""
+    sizes = list(round_samples or [])
+    if not sizes or sum(sizes) != calls or min(sizes) <= 0:
+        return None
+    ends = np.cumsum(sizes).tolist()
+    return [slice(end - size, end) for size, end in zip(sizes, ends, strict=True)]
+
+
 def median_interval(
     values: Sequence[float],
     confidence: float = CONFIDENCE,

@@ -25,6 +25,7 @@ from kernelbench.statistics import (
     median_interval,
     rel_halfwidth,
     round_medians_halfwidth,
+    round_slices,
     round_weights,
     rounds_median_interval,
     stats,
@@ -147,6 +148,33 @@ def test_pooled_interval_covers_the_drift_between_rounds():
     assert rounds_median_interval(per_round) == rounds_median_interval(per_round)
     assert rounds_median_interval([[1.0, 1.2, 0.9]]) == median_interval([1.0, 1.2, 0.9])
     assert rounds_median_interval([[1.0]]) is None and rounds_median_interval([]) is None
+
+
+def test_round_slices_split_a_pooled_rows_calls_by_round_or_say_they_cannot():
+    calls = [10.0, 11.0, 12.0, 20.0, 21.0, 30.0]
+    assert [calls[s] for s in round_slices([3, 2, 1], 6)] == [
+        [10.0, 11.0, 12.0],
+        [20.0, 21.0],
+        [30.0],
+    ]
+    assert round_slices((6,), 6) == [slice(0, 6)]
+    for sizes in (None, [], [3, 2], [3, 2, 2], [3, 0, 3], [4, -1, 3]):
+        assert round_slices(sizes, 6) is None, sizes
+
+
+def test_the_roofline_check_and_the_by_round_view_split_a_row_alike():
+    from types import SimpleNamespace
+
+    from kernelbench.results.physics import _rounds
+    from kernelbench.results.view import by_round
+
+    raw = [1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 4.0, 4.0]
+    row = {"raw_ms": raw, "baseline_raw_ms": [3.0] * 9, "round_samples": [3, 2, 4]}
+    assert _rounds(SimpleNamespace(**row)) == [[1.0] * 3, [2.0] * 2, [4.0] * 4]
+    assert by_round(row).speedups == [3.0, 1.5, 0.75]
+    row["round_samples"] = [3, 2]  # not adding up: one round, no per-round view
+    assert _rounds(SimpleNamespace(**row)) == [raw]
+    assert by_round(row).speedups == []
 
 
 def test_t_quantiles():

@@ -50,6 +50,7 @@ from kernelbench.results.states import same_placement
 from kernelbench.statistics import (
     median_interval,
     rel_halfwidth,
+    round_slices,
     round_weights,
     weighted_quantile,
 )
@@ -230,11 +231,9 @@ def _within_bus(row: ResultRow, slow_ms: float) -> bool:
 
 def _rounds(row: ResultRow) -> list[list[float]]:
     """The row's calls by round (``round_samples``; one round where they do not add up)."""
-    times, sizes = list(row.raw_ms), list(row.round_samples or [])
-    if not sizes or sum(sizes) != len(times) or min(sizes) <= 0:
-        return [times]
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return [times[a : a + n] for a, n in zip(starts, sizes, strict=True)]
+    times = list(row.raw_ms)
+    slices = round_slices(row.round_samples, len(times))
+    return [times[s] for s in slices] if slices else [times]
 
 
 def _placed_bounds(

@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kernelbench.statistics import rounds_median_interval
+from kernelbench.statistics import round_slices, rounds_median_interval
 
 #: The two groups' median readings must be at least this many times apart to be two states.
 MIN_SEPARATION = 1.3
@@ -288,9 +288,9 @@ def state_speedups(
         return {}
     links = list(link_ns) if link_ns is not None and len(link_ns) == len(raw_ms) else None
     sizes = list(round_samples) if isinstance(round_samples, list | tuple) else []
-    rounds = [i for i, size in enumerate(sizes) for _ in range(size)]
-    if len(rounds) != len(raw_ms):
-        rounds = [0] * len(raw_ms)
+    rounds = [0] * len(raw_ms)
+    for index, calls in enumerate(round_slices(sizes, len(raw_ms)) or []):
+        rounds[calls] = [index] * (calls.stop - calls.start)
     ratios: dict[str, dict[int, list[float]]] = {state: {} for state in STATES}
     times: dict[str, list[float]] = {state: [] for state in STATES}
     for i, (t, b, bus) in enumerate(zip(raw_ms, baseline_raw_ms, bus_gbps, strict=True)):

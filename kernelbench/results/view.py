@@ -34,7 +34,7 @@ from kernelbench.results.states import (
     state_speedups,
 )
 from kernelbench.settings import default, recorded
-from kernelbench.statistics import rel_halfwidth
+from kernelbench.statistics import rel_halfwidth, round_slices
 
 _EXCEPTION = re.compile(r"\b\w*(Error|Exception)\b")
 _PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
@@ -509,23 +509,22 @@ def by_round(row: pd.Series | dict) -> RoundMedians:
     base = list(row.get("baseline_raw_ms") or [])
     bus, link, core = (per_call(row, name) for name in ("bus_gbps", "link_ns", "core_ns"))
     out = RoundMedians([], [], [])
-    if not sizes or sum(sizes) != len(raw) or len(base) != len(raw):
+    slices = round_slices(sizes, len(raw))
+    if slices is None or len(base) != len(raw):
         return out
-    at = 0
-    for size in sizes:
-        times, bases = raw[at : at + size], base[at : at + size]
+    for calls in slices:
+        times, bases = raw[calls], base[calls]
         ratios = [b / t for b, t in zip(bases, times, strict=True) if t > 0]
         if ratios:
             out.speedups.append(float(pd.Series(ratios).median()))
             out.row_ms.append(float(pd.Series(times).median()))
             out.baseline_ms.append(float(pd.Series(bases).median()))
             if bus:
-                out.bus_gbps.append(float(pd.Series(bus[at : at + size]).median()))
+                out.bus_gbps.append(float(pd.Series(bus[calls]).median()))
             if link:
-                out.link_ns.append(float(pd.Series(link[at : at + size]).median()))
+                out.link_ns.append(float(pd.Series(link[calls]).median()))
             if core:
-                out.core_ns.append(float(pd.Series(core[at : at + size]).median()))
-        at += size
+                out.core_ns.append(float(pd.Series(core[calls]).median()))
     return out
 
 
