@@ -26,7 +26,7 @@ Error. ``rel_error`` is deterministic for fixed seeds on one processor, so any g
 ``error_tol`` (relative) plus :data:`ERROR_EPS` (absolute) is ``error-worse``. Between two
 processors a library's float GEMM may take another kernel, and another summation order (oneDNN's
 bf16 GEMM moved one error by 1.5e-4 relative between a Zen 4 and a Zen 5; its fp32 GEMM one by
-31%, at 1e-7): there an error is worse only beyond :data:`CROSS_PROCESSOR_ERROR_TOL` relative
+34%, at 1e-7): there an error is worse only beyond :data:`CROSS_PROCESSOR_ERROR_TOL` relative
 and :data:`CROSS_PROCESSOR_ERROR_ABS` absolute too; an exact row (error 0) still gates at
 ``ERROR_EPS``.
 
@@ -102,9 +102,9 @@ ERROR_TOL = 0.0
 CROSS_PROCESSOR_ERROR_TOL = 1e-3
 #: ... and, for a row with an error, the absolute change at float32's own rounding scale (8
 #: units of roundoff, 4.8e-7): a float32 row's error against float64 (about 1e-7) is all
-#: summation order, and another processor's kernel moved it by 20-31% (torch fp32 at d 768-2560,
-#: a Zen 4 against a Xeon: 9.8e-8 -> 1.25e-7). Quantized rows' errors (1e-3 to 1e-1) cannot
-#: hide a change in it; an exact row (error 0) still gates at ERROR_EPS.
+#: summation order, and another processor's kernel moved it by 2-34% (torch fp32 at d
+#: 768-2560, a Zen 4 against a Xeon: 1.07e-7 -> 1.43e-7 at d 1536). Quantized rows' errors
+#: (1e-3 to 1e-1) cannot hide a change in it; an exact row (error 0) still gates at ERROR_EPS.
 CROSS_PROCESSOR_ERROR_ABS = 8 * 2.0**-24
 
 
@@ -700,7 +700,7 @@ def _summary(c: Comparison) -> str:
     if c.problem:
         return f"UNUSABLE INPUT (exit 2): {c.problem}"
     counts = ", ".join(f"{n} {v}" for v, n in c.counts().items()) or "no rows"
-    # errors are judged across machines too: a regression then says the speed was not
+    # errors gate across machines too: such a regression says the speeds were not judged
     regression = "REGRESSION (exit 1)"
     if c.not_comparable:
         regression = f"REGRESSION (exit 1; of errors only: {c.not_comparable})"
