@@ -263,3 +263,14 @@ def test_a_wide_row_shows_the_bus_reading_of_each_round():
     console_mod._print_wide(df, Console(file=out, width=250), None)
     assert "80 40" in out.getvalue() and "320 55" in out.getvalue()
     assert "13 26" in out.getvalue()  # the cores' probe by round, in us
+
+
+def test_a_boolean_column_reads_as_set_only_where_it_is():
+    import pandas as pd
+
+    from kernelbench.results.view import marked
+
+    df = pd.DataFrame({"ci_wide": [True, None, False, float("nan")]}, index=[3, 5, 7, 9])
+    assert marked(df, "ci_wide").tolist() == [True, False, False, False]
+    absent = marked(df, "above_peak")  # an older run's view: not set, on the same rows
+    assert absent.tolist() == [False] * 4 and list(absent.index) == [3, 5, 7, 9]

@@ -326,12 +326,9 @@ def _rows_above_roofline(view) -> int:
     """Rows flagged above their roofline, and those above the measured peak's only where it
     has no figure for their calls' placement."""
     from kernelbench.results.physics import ABOVE_ROOFLINE
-    from kernelbench.results.view import flagged
+    from kernelbench.results.view import flagged, marked
 
-    above = flagged(view, ABOVE_ROOFLINE)
-    if "above_peak" in view:
-        above = above | view["above_peak"].fillna(False).astype(bool)
-    return int(above.sum())
+    return int((flagged(view, ABOVE_ROOFLINE) | marked(view, "above_peak")).sum())
 
 
 def _cache_env(mode: str, device: str) -> dict:

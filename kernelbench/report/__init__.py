@@ -28,6 +28,7 @@ from kernelbench.results.verdict import RunSpread
 from kernelbench.results.view import (
     ci_target,
     headline,
+    marked,
     peak_exceeded_note,
     precision_by_tokens_line,
     precision_line,
@@ -163,10 +164,8 @@ def _cache_text(ok) -> str:
     text = "caches: " + "/".join(modes)
     if "cold" in modes:
         text += " (evicted before every timed call: weights read from memory)"
-    if "cache_resident" in ok and ok["cache_resident"].fillna(False).astype(bool).any():
-        text += (
-            f"; {int(ok['cache_resident'].fillna(False).astype(bool).sum())} rows cache-resident"
-        )
+    if resident := int(marked(ok, "cache_resident").sum()):
+        text += f"; {resident} rows cache-resident"
     return text
 
 

@@ -30,6 +30,7 @@ from kernelbench.results.view import (
     by_round,
     headline,
     is_baseline,
+    marked,
     peak_exceeded_note,
     rel_halfwidths,
     short_reason,
@@ -197,7 +198,7 @@ def _legend(shown: pd.DataFrame, speedups_only: pd.DataFrame | None = None) -> s
     ok = cells[~is_baseline(cells)]  # the baseline prints "1 (base)": no interval marks
 
     def flagged(rows: pd.DataFrame, col: str) -> bool:
-        return col in rows and bool(rows[col].fillna(False).astype(bool).any())
+        return bool(marked(rows, col).any())
 
     parts = ["fp16 = the device's 16-bit baseline (bf16 on CPU)"]
     with_speedup = ok.dropna(subset=["speedup"]) if "speedup" in ok else ok
@@ -311,9 +312,9 @@ WIDE_SHOWN = 10
 def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) -> None:
     """Rows whose interval is wider than the target (the ``limit`` widest, or all), with what
     their slow calls saw."""
-    if "ci_wide" not in df or not df["ci_wide"].fillna(False).astype(bool).any():
+    if not marked(df, "ci_wide").any():
         return
-    wide = df[df["ci_wide"].fillna(False).astype(bool) & (df["layer"] != "block")]
+    wide = df[marked(df, "ci_wide") & (df["layer"] != "block")]
     if not len(wide):
         return
     width = rel_halfwidths(wide).fillna(math.inf)  # no interval: listed first
@@ -364,12 +365,13 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
 
 
 def _print_suspects(df: pd.DataFrame, console: Console) -> None:
-    if "suspect" not in df or not df["suspect"].fillna(False).astype(bool).any():
+    suspect = marked(df, "suspect")
+    if not suspect.any():
         return
     table = Table(title="Suspect rows: numbers that contradict physics", title_justify="left")
     for col in ("backend", "method", "d_model", "tokens", "reason"):
         table.add_column(col)
-    for _, r in df[df["suspect"].fillna(False).astype(bool)].iterrows():
+    for _, r in df[suspect].iterrows():
         cells = (r["backend"], r["method"], r["d_model"], r["tokens"], r["suspect_reason"])
         table.add_row(*(escape(str(v)) for v in cells))
     console.print(table)

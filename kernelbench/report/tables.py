@@ -17,7 +17,7 @@ from kernelbench.report import data
 from kernelbench.results.schema import third_party_label
 from kernelbench.results.states import STATES, StateSpeedup
 from kernelbench.results.verdict import RunSpread, joint_split, judge, most_rounds
-from kernelbench.results.view import StateView, state_shares_text
+from kernelbench.results.view import StateView, marked, state_shares_text
 from kernelbench.statistics import rel_halfwidth
 
 #: Group columns of one App. D.1 cell (the key without layer / tokens, which the grid fixes).
@@ -151,9 +151,7 @@ def flags(row: dict | None) -> str:
 
 def suspect_rows(ok: pd.DataFrame) -> list[dict[str, str]]:
     """Rows that contradict physics, with the reason."""
-    if "suspect" not in ok:
-        return []
-    bad = ok[ok["suspect"].fillna(False).astype(bool)]
+    bad = ok[marked(ok, "suspect")]
     cols = ["backend", "method", "size", "d_model", "layer", "tokens", "suspect_reason"]
     return [{c: str(r.get(c, "")) for c in cols} for r in bad.to_dict("records")]
 
@@ -287,7 +285,7 @@ def state_share_grids(ok: pd.DataFrame, states: StateView) -> list[Grid]:
 
 
 def _any(df: pd.DataFrame, flag: str) -> bool:
-    return flag in df and bool(df[flag].fillna(False).astype(bool).any())
+    return bool(marked(df, flag).any())
 
 
 def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
@@ -299,11 +297,7 @@ def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
         tops = _pivot(df, "tops")
         roof = _pivot(df, "roofline_share") if _known(df, "roofline_share") else None
         bus = _pivot(df, "bus_roofline_share") if _known(df, "bus_roofline_share") else None
-        above = None
-        if "above_peak" in df:
-            above = _pivot(
-                df.assign(above_peak=df["above_peak"].fillna(False).astype(float)), "above_peak"
-            )
+        above = _pivot(df.assign(above_peak=marked(df, "above_peak").astype(float)), "above_peak")
 
         def cell(method: str, d: int) -> Cell:
             value, share = _get(tops, method, d), _get(roof, method, d)

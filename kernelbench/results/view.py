@@ -184,7 +184,7 @@ def peak_exceeded_note(df: pd.DataFrame) -> str | None:
         return None
     ok = df[(df["status"] == "ok") & (df["layer"] != "block")] if "layer" in df else df
     share = ok["roofline_share"].astype(float)
-    suspect = ok["suspect"].fillna(False).astype(bool) if "suspect" in ok else False
+    suspect = marked(ok, "suspect")
     over = ok[(share > 1 + ROOFLINE_MARGIN) & ~suspect]
     if not len(over):
         return None
@@ -210,6 +210,14 @@ def flagged(df: pd.DataFrame, kind: str) -> pd.Series:
     if "suspect_reason" not in df:
         return pd.Series(False, index=df.index)
     return df["suspect_reason"].fillna("").str.contains(kind, regex=False)
+
+
+def marked(df: pd.DataFrame, column: str) -> pd.Series:
+    """Which rows have the boolean ``column`` set (``ci_wide``, ``suspect``, ``above_peak``...):
+    a missing value, or a view without the column (an older run), reads as not set."""
+    if column not in df:
+        return pd.Series(False, index=df.index)
+    return df[column].fillna(False).astype(bool)
 
 
 def is_baseline(df: pd.DataFrame) -> pd.Series:
@@ -254,7 +262,7 @@ def state_view(df: pd.DataFrame, only: Iterable[object] | None = None) -> StateV
     rows = _speedup_rows(df)
     if "paired" not in rows or "bus_gbps" not in rows:
         return StateView(0, None, {})
-    rows = rows[rows["paired"].fillna(False).astype(bool)]
+    rows = rows[marked(rows, "paired")]
     has_links = "link_ns" in rows
     row_links = rows["link_ns"] if has_links else [None] * len(rows)
     readings, links = call_readings(zip(rows["bus_gbps"], row_links, strict=True))
@@ -365,7 +373,7 @@ def state_precision_lines(states: StateView, target: float) -> list[str]:
 def _precision(rows: pd.DataFrame) -> tuple[int, pd.Series]:
     """Of measured speedups: how many are within the run's target (not flagged ``ci_wide``),
     and the relative half-widths of those with an interval."""
-    wide = int(rows["ci_wide"].fillna(False).astype(bool).sum()) if "ci_wide" in rows else 0
+    wide = int(marked(rows, "ci_wide").sum())
     if {"speedup_lo", "speedup_hi"} <= set(rows.columns):
         widths = rel_halfwidths(rows).dropna()
     else:

@@ -212,7 +212,7 @@ def followup_items(
     least one pair (its time and its baseline's, measured so far)."""
     from kernelbench.results.physics import ORDERING
     from kernelbench.results.states import state_of
-    from kernelbench.results.view import flagged, pooled_view, state_view
+    from kernelbench.results.view import flagged, marked, pooled_view, state_view
 
     target = float(recorded(env, "ci_target"))
     layers = {i.layer for i in items}
@@ -222,7 +222,7 @@ def followup_items(
     ok = df[(df["status"] == "ok") & df["layer"].isin(layers)]
     ok = ok[[(b, m) != FP32 for b, m in zip(ok["backend"], ok["method"], strict=True)]]
     ordering = flagged(ok, ORDERING)
-    candidates = ok[ok["ci_wide"].fillna(False).astype(bool) | ordering]
+    candidates = ok[marked(ok, "ci_wide") | ordering]
     states = state_view(df, only=candidates.index)
     now = None
     if states.split is not None and link_now_ns is not None:
