@@ -328,3 +328,31 @@ def test_backend_status_is_plain_data_for_env_json():
     assert status["torch"]["available"] and status["torch"]["verification"].startswith("verified")
     assert not status["cutlass"]["available"] and status["cutlass"]["reason"]
     assert json.loads(json.dumps(status)) == status
+
+
+def test_a_run_imports_the_readers_its_end_uses_when_it_starts():
+    """The end of a run (extra-round planning, the tables, the report, env.json's load) reads
+    the run back with torch-free readers; imported only there, a package changed during a long
+    sweep (reinstalled, its checkout moved on) failed after the rounds. ``run`` imports its
+    sweep module first: that import brings them, and still no torch (option errors come first)."""
+    readers = [
+        "kernelbench.report",
+        "kernelbench.report.console",
+        "kernelbench.results.compare",
+        "kernelbench.results.physics",
+        "kernelbench.results.schema",
+        "kernelbench.results.spread",
+        "kernelbench.results.states",
+        "kernelbench.results.view",
+    ]
+    code = (
+        "import json, sys, kernelbench.cli.sweep; "
+        f"print(json.dumps([[m for m in {readers!r} if m not in sys.modules], "
+        "'torch' in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    missing, torch_loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert missing == []
+    assert not torch_loaded

@@ -17,6 +17,11 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+# The readers the end of a run uses (torch-free), imported with this module, when the run
+# starts: imported at the end, they would be whatever the package's files hold by then, and a
+# package changed during an hours-long sweep (reinstalled, or its checkout moved on) failed
+# there, after the rounds, before the extra rounds and the tables.
+import kernelbench.report  # noqa: F401  (write_report imports it)
 from kernelbench.cli.common import (
     between_runs_line,
     console,
@@ -24,6 +29,11 @@ from kernelbench.cli.common import (
     skipped_lines_reported,
     write_report,
 )
+from kernelbench.report.console import print_tables
+from kernelbench.results import schema as res
+from kernelbench.results.compare import processor_key
+from kernelbench.results.physics import ABOVE_ROOFLINE
+from kernelbench.results.view import busy_note, flagged, load_view, marked
 from kernelbench.run import profiles
 from kernelbench.settings import default
 
@@ -194,8 +204,6 @@ def _check_activations(acts, items, case) -> None:
 
 def run_sweep(req: RunRequest, no_report: bool) -> None:
     """The whole run: checks, the output directory, the sweep, the tables and the report."""
-    from kernelbench.results import schema as res
-
     prep = _prepare(req)
     try:
         res.check_out_dir(req.out, move_old=not req.resume)
@@ -229,8 +237,6 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
     filled = res.complete_speedups(req.out)
     if filled:
         console.print(f"{filled} row(s) got their speedup from their cell's earlier baseline row")
-    from kernelbench.report.console import print_tables
-
     view = _remeasure_exceeded_peak(req, prep)
     with skipped_lines_reported():
         line = between_runs_line(req.out, view["device_class"].unique())
@@ -241,8 +247,6 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
 
 def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) -> None:
     from dataclasses import asdict
-
-    from kernelbench.results.schema import SETTINGS_KEY, write_env
 
     env = dict(prep.env)
     opts = prep.opts
@@ -263,7 +267,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         from kernelbench.measure.timing import allocator_note
 
         env["cpu_memory_while_timing"] = allocator_note()
-    env[SETTINGS_KEY] = settings
+    env[res.SETTINGS_KEY] = settings
     if old_env.get("started_at"):
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
     # every command that wrote rows here: the first run, then each --resume
@@ -284,7 +288,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         except PeakRefused as exc:  # the run goes on without rooflines
             console.print(f"[yellow]{escape(str(exc))}; no rooflines in this run[/yellow]")
     prep.env.update(env)
-    write_env(req.out, env)
+    res.write_env(req.out, env)
 
 
 def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
@@ -295,8 +299,6 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
     by their own checks; the cache keeps each placement's best call and adds the ones it had
     not seen), and read the run against them: a row still above stays flagged. Returns the
     run's view, read against the peaks it ends with."""
-    from kernelbench.results.schema import load_env, write_env
-    from kernelbench.results.view import load_view
     from kernelbench.run.peak import PeakRefused, cached_peak
 
     view = load_view(req.out)
@@ -313,9 +315,9 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
         said = f"{escape(str(exc))}; the rows are read against the cached peaks"
         console.print(f"[yellow]{said}[/yellow]")
         return view
-    env = load_env(req.out)
+    env = res.load_env(req.out)
     env["peak"] = {**env.get("peak", {}), **fresh}
-    write_env(req.out, env)
+    res.write_env(req.out, env)
     view = load_view(req.out)
     still = _rows_above_roofline(view)
     console.print(f"against the peaks measured again: {still} of the {above} row(s) still above")
@@ -325,9 +327,6 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
 def _rows_above_roofline(view) -> int:
     """Rows flagged above their roofline, and those above the measured peak's only where it
     has no figure for their calls' placement."""
-    from kernelbench.results.physics import ABOVE_ROOFLINE
-    from kernelbench.results.view import flagged, marked
-
     return int((flagged(view, ABOVE_ROOFLINE) | marked(view, "above_peak")).sum())
 
 
@@ -356,8 +355,6 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     """Measure and write every row (then the extra rounds the run's uncertain rows get), with
     progress; ^C ends with a one-line summary and exit 130."""
     from kernelbench.cli.progress import CostModel, sweep_progress
-    from kernelbench.results.compare import processor_key
-    from kernelbench.results.schema import read_rows
     from kernelbench.run.cell import link_probe
     from kernelbench.run.load import LoadWatch
     from kernelbench.run.plan import CellPacer, extra_round_budget, followup_items, max_call_s
@@ -391,7 +388,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
                 # paced, the round's cells are chosen by their measured times as they start;
                 # unpaced (Ray), by an estimate from their calls
                 more = followup_items(
-                    read_rows(writer.path),
+                    res.read_rows(writer.path),
                     prep.env,
                     prep.items,
                     next_round,
@@ -431,17 +428,14 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
 def _record_after(out: Path, load: dict | None, extra_budget_s: float | None) -> None:
     """What the run learnt while it ran, into its env.json (also when interrupted): the load
     it ran under (said when busy), and the seconds each of its extra rounds could take."""
-    from kernelbench.results.schema import load_env, write_env
-    from kernelbench.results.view import busy_note
-
     if load is None and extra_budget_s is None:
         return
-    env = load_env(out)
+    env = res.load_env(out)
     if load is not None:
         env["load"] = load
     if extra_budget_s is not None:
         env["extra_round_budget_s"] = round(extra_budget_s, 1)
-    write_env(out, env)
+    res.write_env(out, env)
     if load and load.get("busy"):
         console.print(f"[yellow]{escape(busy_note(load))}[/yellow]")
 
@@ -505,7 +499,6 @@ def _planned_rows(prep: _Prepared, items, done: set) -> dict:
     from kernelbench.backends import all_backends
     from kernelbench.backends.base import sixteen_bit_dtype
     from kernelbench.core import work_flops
-    from kernelbench.results.schema import KEY_COLUMNS
 
     dtype = sixteen_bit_dtype(prep.device)
     backends = all_backends()
@@ -526,7 +519,7 @@ def _planned_rows(prep: _Prepared, items, done: set) -> dict:
                 "method": method,
                 "device_class": prep.env["device_class"],
             }
-            if (tuple(fields[c] for c in KEY_COLUMNS), item.round) in done:
+            if (tuple(fields[c] for c in res.KEY_COLUMNS), item.round) in done:
                 continue
             try:
                 runs = bool(
