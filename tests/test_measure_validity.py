@@ -3,12 +3,16 @@ side of measurement validity, on a fake machine (injected clock, usage and evict
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from kernelbench.kernels import cpu_ext
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
 from kernelbench.measure.timing import (
     CORE_BACKOFF_FACTOR,
+    CORE_HOLD_MIN_SHARE,
+    CORE_HOLD_WINDOW,
     MAX_SCAN_BYTES,
     PARTIAL_SCAN_BYTES,
     CacheEvictor,
@@ -299,6 +303,56 @@ def test_a_core_gate_whose_wait_runs_out_takes_the_next_calls_as_they_come_for_a
     assert gate.wait() == 0.0 and len(m.readings) == probes  # backing off: not even a probe
     m.now += CORE_BACKOFF_FACTOR * 100e-6
     assert gate.wait() > 0.0 and gate.gave_up == 1  # waits again, and the cores came back
+
+
+def _waits_then_readings(gate: CoreGate, m: CoreMachine, held: list[bool]) -> None:
+    """One wait per entry of ``held`` (slow, then fast at the gate), each followed by the
+    reading before its call: fast where it held, slow where it did not."""
+    for h in held:
+        m.readings += [30e3, 10e3]
+        assert gate.wait() > 0.0
+        gate.note_reading(10e3 if h else 30e3)
+
+
+def test_a_core_gate_whose_waits_do_not_hold_takes_the_next_calls_as_they_come_for_a_while():
+    """The cores read fast at the end of each wait and slow again just before the call (a host
+    that changes their speed faster than a wait and an eviction take): once fewer than a
+    third of the last waits held, the gate backs off as after a wait that ran out."""
+    m = CoreMachine([10e3])
+    gate = CoreGate(m.probe, max_wait_s=1.0, clock=m.clock)
+    assert gate.wait() == 0.0
+    gate.note_reading(10e3)  # no wait: not counted
+    held = math.ceil(CORE_HOLD_MIN_SHARE * CORE_HOLD_WINDOW)  # enough to keep waiting
+    pattern = [True] * held + [False] * (CORE_HOLD_WINDOW - held)
+    _waits_then_readings(gate, m, pattern)
+    assert gate.not_held == 0
+    _waits_then_readings(gate, m, [False])  # the window slides: one held fewer
+    assert gate.not_held == 1 and gate.gave_up == 0
+    m.readings = [30e3]
+    assert gate.wait() == 0.0 and m.readings == [30e3]  # backing off: not even a probe
+    gate.note_reading(30e3)  # a call taken as it came is not a wait that failed
+    m.now += CORE_BACKOFF_FACTOR * 1.0
+    m.readings = []
+    # waits again, judged on a fresh window: 15 failed waits do not back off yet
+    _waits_then_readings(gate, m, [False] * (CORE_HOLD_WINDOW - 1))
+    assert gate.not_held == 1
+    m.readings = [30e3, 10e3]
+    assert gate.wait() > 0.0
+
+
+def test_the_timer_tells_its_gate_the_reading_before_each_call():
+    """Through a cold timer: the reading after the eviction judges the gate's wait."""
+    m = CoreMachine([10e3] + [30e3, 10e3] * CORE_HOLD_WINDOW + [30e3])
+    gate = CoreGate(m.probe, max_wait_s=1.0, clock=m.clock)
+    slow_again = iter([10e3] + [30e3] * (CORE_HOLD_WINDOW + 1))
+    timer = CallTimer(
+        m.clock, before_call=m.evict, core_probe=lambda: next(slow_again), core_gate=gate
+    )
+    for _ in range(CORE_HOLD_WINDOW + 1):
+        timer(m.call("a", 1.0))
+    assert gate.not_held == 1
+    timer(m.call("a", 1.0))
+    assert timer.last_core_wait_s == 0.0 and m.readings == [30e3]  # backing off
 
 
 def test_a_core_gate_without_a_wait_or_a_reading_never_waits():

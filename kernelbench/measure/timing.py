@@ -34,6 +34,7 @@ import ctypes.util
 import resource
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,6 +83,14 @@ CORE_SLOW_FACTOR = 1.5
 #: After a wait that ran out, the gate takes the calls of this many times the wait's cap as
 #: they come: a slow state that lasts minutes costs at most a sixth of the run's time.
 CORE_BACKOFF_FACTOR = 5.0
+#: The gate judges its waits by the reading taken just before the call each waited for (after
+#: the cache eviction): it backs off as after a wait that ran out when fewer than
+#: :data:`CORE_HOLD_MIN_SHARE` of its last :data:`CORE_HOLD_WINDOW` waits held to then. On a
+#: 2-vCPU Xeon VM whose cores flipped at millisecond scale, 19% of 17,276 waits held (the calls
+#: that did not wait read fast 56% of the time), and the waits took 66 s of a 548 s run; on a
+#: Zen 4 VM 58% held, on a quieter Xeon 94%.
+CORE_HOLD_WINDOW = 16
+CORE_HOLD_MIN_SHARE = 1 / 3
 
 
 class CoreGate:
@@ -92,11 +101,14 @@ class CoreGate:
     reading); a reading above :data:`CORE_SLOW_FACTOR` times the fastest seen is slow, and the
     gate probes again until one is not, for at most ``max_wait_s``; a wait that runs out is
     counted (``gave_up``) and the calls of the next :data:`CORE_BACKOFF_FACTOR` x
-    ``max_wait_s`` seconds go ahead without waiting. On a 2-vCPU Xeon VM the slow moments came
-    and went within 0.1-1.3 s while the probe ran; a call that starts in one and its paired
-    baseline call in the other made a ratio neither state has (their times followed the probe,
-    Spearman 0.65-0.76, their ratios did not). The wait is outside the call's clock; the
-    pairing counts it, as it counts the eviction, as time between the calls."""
+    ``max_wait_s`` seconds go ahead without waiting. So do they when the waits do not hold
+    (:meth:`note_reading`: the reading before the call slow again; counted as ``not_held``),
+    on a host whose cores change speed faster than a wait and an eviction take. On a 2-vCPU
+    Xeon VM the slow moments came and went within 0.1-1.3 s while the probe ran; a call that
+    starts in one and its paired baseline call in the other made a ratio neither state has
+    (their times followed the probe, Spearman 0.65-0.76, their ratios did not). The wait is
+    outside the call's clock; the pairing counts it, as it counts the eviction, as time between
+    the calls."""
 
     def __init__(
         self,
@@ -109,30 +121,56 @@ class CoreGate:
         self.probe, self.max_wait_s, self.clock = probe, max_wait_s, clock
         self.fastest_ns: float | None = None
         self.gave_up = 0  # waits that ran out
+        self.not_held = 0  # back-offs because the waits did not hold
         self._backoff_until = float("-inf")
+        self._waited = False  # the last wait() waited and the cores read fast at its end
+        self._held: deque[bool] = deque(maxlen=CORE_HOLD_WINDOW)
 
-    def _slow(self) -> bool:
-        ns = self.probe()
+    def _is_slow(self, ns: float | None) -> bool:
         if ns is None or ns <= 0:
             return False
         if self.fastest_ns is None or ns < self.fastest_ns:
             self.fastest_ns = ns
         return ns > CORE_SLOW_FACTOR * self.fastest_ns
 
+    def _slow(self) -> bool:
+        return self._is_slow(self.probe())
+
+    def _back_off(self) -> None:
+        self._backoff_until = self.clock() + CORE_BACKOFF_FACTOR * self.max_wait_s
+
     def wait(self) -> float:
         """Seconds waited until the cores read fast (0: they did, or the gate is off or backing
         off)."""
+        self._waited = False
         if self.max_wait_s <= 0:
             return 0.0
         start = self.clock()
         if start < self._backoff_until or not self._slow():
             return 0.0
+        self._waited = True
         while self._slow():
             if self.clock() - start >= self.max_wait_s:
                 self.gave_up += 1
-                self._backoff_until = self.clock() + CORE_BACKOFF_FACTOR * self.max_wait_s
+                self._waited = False
+                self._back_off()
                 break
         return self.clock() - start
+
+    def note_reading(self, ns: float | None) -> None:
+        """The cores' reading just before the call the last :meth:`wait` was for: whether the
+        wait held. When fewer than :data:`CORE_HOLD_MIN_SHARE` of the last
+        :data:`CORE_HOLD_WINDOW` waits held, the gate backs off as after a wait that ran out."""
+        waited, self._waited = self._waited, False
+        if not waited or ns is None or ns <= 0:
+            return
+        self._held.append(not self._is_slow(ns))
+        if len(self._held) == CORE_HOLD_WINDOW and sum(self._held) < CORE_HOLD_MIN_SHARE * (
+            CORE_HOLD_WINDOW
+        ):
+            self.not_held += 1
+            self._held.clear()
+            self._back_off()
 
 
 class CallTimer:
@@ -221,6 +259,8 @@ class CallTimer:
             self.after_probe()
         self.last_link_ns = self.link_probe() if self.link_probe is not None else None
         self.last_core_ns = self.core_probe() if self.core_probe is not None else None
+        if self.core_gate is not None:
+            self.core_gate.note_reading(self.last_core_ns)
         if evict_own is not None:
             evict_own()
         self.last_prepare_s = self.clock() - start
