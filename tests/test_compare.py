@@ -930,12 +930,12 @@ def test_runs_that_met_the_threads_on_different_placements_say_so(tmp_path: Path
     two = run(tmp_path / "two", [330.0] * 20)
     one = run(tmp_path / "one", [50.0] * 20)
     also_two = run(tmp_path / "also_two", [320.0] * 20)
-    note = "the host ran the threads on two core complexes for 100% of the base run's"
+    note = "the host ran the threads apart for 100% of the base run's"
     cmp = compare_runs(two, one)
     assert any(note in n and "0% of the new run's" in n for n in cmp.notes)
-    assert not any("core complexes" in n for n in compare_runs(two, also_two).notes)
+    assert not any("threads apart" in n for n in compare_runs(two, also_two).notes)
     bare = write_run(tmp_path / "bare", standard_rows())
-    assert not any("core complexes" in n for n in compare_runs(two, bare).notes)
+    assert not any("threads apart" in n for n in compare_runs(two, bare).notes)
 
 
 def test_runs_whose_cores_ran_at_different_speeds_say_so(tmp_path: Path):
@@ -994,14 +994,14 @@ def test_a_speedup_that_moved_only_with_the_placements_mix_is_the_same(tmp_path:
     llm = by_method(cmp)["llm_int8"]
     assert llm.verdict == "same" and cmp.exit_code == 0
     assert "faster pooled" in llm.detail
-    assert "on one core complex 1.99x -> 1.99x (same)" in llm.detail
-    assert "on two 2.99x -> 2.99x (same)" in llm.detail
+    assert "with the threads close together 1.99x -> 1.99x (same)" in llm.detail
+    assert "apart 2.99x -> 2.99x (same)" in llm.detail
     # slower on one complex, the same on two: a regression, whatever the pooled figure says
     worse = write_run(
         tmp_path / "worse", [row("fp16", backend="torch"), _placed_row(6, 15, 1.5, 3)]
     )
     llm = by_method(compare_runs(base, worse))["llm_int8"]
-    assert llm.verdict == "slower" and "on one core complex 1.99x -> 1.5x (slower)" in llm.detail
+    assert llm.verdict == "slower" and "with the threads close together 1.99x -> 1.5x (slower)" in llm.detail
     # the HTML A/B report gives the same verdicts (no pooled band where the placements decided)
     from kernelbench.report import data, tables
     from kernelbench.results.schema import KEY_COLUMNS

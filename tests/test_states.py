@@ -265,8 +265,8 @@ def test_the_headline_says_when_the_host_moved_the_threads(tmp_path, row_factory
     assert "kernelbench show --states" in lines[-2]
     # each placement's pairs alone: 3.0 / 1.0 on one complex, 6.0 / 1.0 on two, no scatter
     assert lines[-1] == (
-        "Precision by placement, each speedup from its pairs there: on one core complex: "
-        "1 of 1 speedups within ±5%, median half-width 0.0%; on two: 1 of 1 speedups within "
+        "Precision by placement, each speedup from its pairs there: threads close together: "
+        "1 of 1 speedups within ±5%, median half-width 0.0%; apart: 1 of 1 speedups within "
         "±5%, median half-width 0.0%."
     )
     still = _paired_run(tmp_path / "still", row_factory, base, bus, [50.0] * 30)

@@ -458,8 +458,8 @@ def show(
     states: bool = typer.Option(
         False,
         "--states",
-        help="Speedups split by the host's state (where it ran the threads, one core complex "
-        "or two, read before each cold CPU call; else the bus's reading), when the readings "
+        help="Speedups split by the host's state (where it ran the threads, close together or "
+        "apart, read before each cold CPU call; else the bus's reading), when the readings "
         "fall in two groups",
     ),
 ) -> None:

@@ -356,7 +356,8 @@ def _print_wide(df: pd.DataFrame, console: Console, limit: int | None = None) ->
         "the machine moved between them); bus GB/s: by round, the median bandwidth the bus "
         "gave just before the row's calls (on a shared bus, calls that stream their weights "
         "move with it); link ns: by round, the median round trip of a cache line between two "
-        "threads before them (where the host ran the threads: one core complex or two); core "
+        "threads before them (where the host ran the threads: close together or apart; on AMD, "
+        "one core complex or two); core "
         "us: by round, the median time of a fixed chain of integer steps on two threads "
         "before them (how fast the cores ran: a host that shares them out reads slower)"
     )

@@ -544,7 +544,7 @@ def machines_differ(base_env: dict, new_env: dict) -> str:
 # --- rendering -------------------------------------------------------------------------------
 
 
-#: Runs whose shares of calls on two core complexes differ by more than this are said to.
+#: Runs whose shares of calls with the threads apart differ by more than this are said to.
 PLACEMENT_SHARE_DIFFERENCE = 0.1
 
 
@@ -561,10 +561,10 @@ def placements_differ(b_run: LoadedRun, n_run: LoadedRun, split: BusSplit | None
     if base is None or new is None or abs(base - new) <= PLACEMENT_SHARE_DIFFERENCE:
         return ""
     return (
-        f"the host ran the threads on two core complexes for {base:.0%} of the base run's timed "
-        f"calls and {new:.0%} of the new run's (a cache line's round trip about "
-        f"{split.near_ns:.0f} ns on one, {split.far_ns:.0f} on two): rows whose speed depends "
-        "on memory move with that as well as with the code (kernelbench show --states)"
+        f"the host ran the threads apart for {base:.0%} of the base run's timed calls and "
+        f"{new:.0%} of the new run's (a cache line's round trip about {split.far_ns:.0f} ns, "
+        f"against {split.near_ns:.0f} close together): rows whose speed depends on memory move "
+        "with that as well as with the code (kernelbench show --states)"
     )
 
 

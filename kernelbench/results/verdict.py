@@ -252,7 +252,7 @@ def placement_verdict(
     if split is None or call.verdict not in ("slower", "faster"):
         return call
     near, far = split.near_far_states
-    names = {near: "on one core complex", far: "on two"}
+    names = {near: "with the threads close together", far: "apart"}
     b, n = _by_state(base, split), _by_state(new, split)
     calls = {
         st: speed_verdict(b[st], n[st], tol, between=between)

@@ -344,8 +344,8 @@ def state_split_text(states: StateView) -> str:
         return (
             f"Bus states: {states.readings} calls, each with the round trip of a cache line "
             f"between two threads read before it: under {split.link_threshold_ns:.0f} ns "
-            f"(median {split.near_ns:.0f}: the threads on one core complex) the {near} state, "
-            f"above it (median {split.far_ns:.0f}: on two) the {far} one; the bus read a "
+            f"(median {split.near_ns:.0f}: the threads close together) the {near} state, "
+            f"above it (median {split.far_ns:.0f}: apart) the {far} one; the bus read a "
             f"median {split.slow_gbps:.0f} GB/s in the slow state ({split.slow_share:.0%} of "
             f"the calls) and {split.fast_gbps:.0f} in the fast. Each pair goes to the state "
             "its call's link reading puts it in."
@@ -616,8 +616,9 @@ def core_state_note(df: pd.DataFrame) -> str:
 
 def placement_note(df: pd.DataFrame) -> str:
     """One line when the run's link readings (cold CPU calls) fall in two states: how the
-    timed calls divided between the threads on one core complex and on two, and where each
-    state's speedups are; empty otherwise (one placement, or no link readings)."""
+    timed calls divided between the threads close together (on AMD, one core complex) and
+    apart, and where each state's speedups are; empty otherwise (one placement, or no link
+    readings)."""
     if not len(df) or "link_ns" not in df or "bus_gbps" not in df:
         return ""
     bus, links = call_readings(zip(df["bus_gbps"], df["link_ns"], strict=True), links_only=True)
@@ -628,10 +629,10 @@ def placement_note(df: pd.DataFrame) -> str:
     near_gbps, far_gbps = split.near_far_gbps
     return (
         f"The host moved the threads during this run: {near_share:.0%} of the timed calls ran "
-        f"with them on one core complex (a cache line's round trip {split.near_ns:.0f} ns, the "
-        f"bus {near_gbps:.0f} GB/s), {1 - near_share:.0%} on two ({split.far_ns:.0f} ns, "
-        f"{far_gbps:.0f} GB/s); speedups that depend on memory differ between the two, each "
-        "on its own: kernelbench show --states."
+        f"with them close together (a cache line's round trip {split.near_ns:.0f} ns, the bus "
+        f"{near_gbps:.0f} GB/s), {1 - near_share:.0%} apart "
+        f"({split.far_ns:.0f} ns, {far_gbps:.0f} GB/s); speedups that depend on memory differ "
+        "between the two, each on its own: kernelbench show --states."
     )
 
 
@@ -651,8 +652,8 @@ def placement_precision_line(
         f"{where}: {within} of {total} speedups within ±{target:.0%}, median half-width "
         f"{median:.1%}"
         for where, (within, total, median) in (
-            ("on one core complex", precision[near]),
-            ("on two", precision[far]),
+            ("threads close together", precision[near]),
+            ("apart", precision[far]),
         )
         if total
     ]
