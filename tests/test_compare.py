@@ -1001,7 +1001,8 @@ def test_a_speedup_that_moved_only_with_the_placements_mix_is_the_same(tmp_path:
         tmp_path / "worse", [row("fp16", backend="torch"), _placed_row(6, 15, 1.5, 3)]
     )
     llm = by_method(compare_runs(base, worse))["llm_int8"]
-    assert llm.verdict == "slower" and "with the threads close together 1.99x -> 1.5x (slower)" in llm.detail
+    assert llm.verdict == "slower"
+    assert "with the threads close together 1.99x -> 1.5x (slower)" in llm.detail
     # the HTML A/B report gives the same verdicts (no pooled band where the placements decided)
     from kernelbench.report import data, tables
     from kernelbench.results.schema import KEY_COLUMNS
