@@ -17,11 +17,10 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-# The readers the end of a run uses (torch-free), imported with this module, when the run
-# starts: imported at the end, they would be whatever the package's files hold by then, and a
-# package changed during an hours-long sweep (reinstalled, or its checkout moved on) failed
-# there, after the rounds, before the extra rounds and the tables.
-import kernelbench.report  # noqa: F401  (write_report imports it)
+# The readers the end of a run uses (torch-free; report.console loads the report package
+# write_report uses), imported with this module, when the run starts: imported at the end, they
+# would be whatever the package's files hold by then, and a package changed during an
+# hours-long sweep (reinstalled, or its checkout moved on) failed there, after the rounds.
 from kernelbench.cli.common import (
     between_runs_line,
     console,
