@@ -197,26 +197,23 @@ def _legend(shown: pd.DataFrame, speedups_only: pd.DataFrame | None = None) -> s
     cells = every[every["status"] == "ok"]  # a skipped or failed cell prints no mark
     ok = cells[~is_baseline(cells)]  # the baseline prints "1 (base)": no interval marks
 
-    def flagged(rows: pd.DataFrame, col: str) -> bool:
-        return bool(marked(rows, col).any())
-
     parts = ["fp16 = the device's 16-bit baseline (bf16 on CPU)"]
     with_speedup = ok.dropna(subset=["speedup"]) if "speedup" in ok else ok
     if "speedup_lo" in with_speedup and with_speedup["speedup_lo"].notna().any():
         parts.append("±: half the 95% interval of the median pair ratio")
-    if flagged(ok, "ci_wide"):
+    if marked(ok, "ci_wide").any():
         parts.append("! interval wider than the run's target")
     if "speedup_lo" in with_speedup and with_speedup["speedup_lo"].isna().any():
         parts.append("? one pair only")
-    if flagged(cells, "suspect"):  # S follows the baseline's "1 (base)" too
+    if marked(cells, "suspect").any():  # S follows the baseline's "1 (base)" too
         parts.append("S suspect (see below)")
     main = shown[shown["status"] == "ok"]  # the time and error tables
-    if flagged(main, "cache_resident"):
+    if marked(main, "cache_resident").any():
         parts.append(
             "c cache-resident (a hot row whose working set fits in a cache: bounded by compute "
             "only)"
         )
-    if flagged(cells, "above_peak"):  # shares print in the by-tokens tables too
+    if marked(cells, "above_peak").any():  # shares print in the by-tokens tables too
         parts.append(
             "p above the measured peak's roofline, within the bus's bandwidth before its calls: "
             "they ran in a placement of the threads the peak has no figure for (not flagged; "

@@ -188,9 +188,9 @@ def speedup_grids(ok: pd.DataFrame, layer: str, tokens: int) -> list[Grid]:
             f"layer {layer}, {tokens} tokens",
             "under each number: " + ", ".join(under),
         ]
-        if _any(df, "ci_wide"):
+        if marked(df, "ci_wide").any():
             parts.append("! interval wider than the run's target")
-        if _any(df, "suspect"):
+        if marked(df, "suspect").any():
             parts.append("S suspect (see below)")
         return "; ".join(parts)
 
@@ -282,10 +282,6 @@ def state_share_grids(ok: pd.DataFrame, states: StateView) -> list[Grid]:
             )
         )
     return grids
-
-
-def _any(df: pd.DataFrame, flag: str) -> bool:
-    return bool(marked(df, flag).any())
 
 
 def tops_grids(ok: pd.DataFrame, peaks: dict[str, dict]) -> list[Grid]:
