@@ -129,6 +129,28 @@ def test_reused_memory_prefaults_with_one_untimed_call_even_when_warm():
     assert cell.baseline.usage_of("minor_faults") == [0, 0, 0]
 
 
+def test_the_heap_cushion_counts_what_the_first_calls_faulted_in(monkeypatch):
+    """A row's first call (round 0, checked for accuracy) faults its temporaries in, so its
+    warm-up in the block faults nothing: the cushion is still sized by what the row needs,
+    and only once (the next block starts from its own warm-up)."""
+    from kernelbench.measure import engine as engine_module
+
+    asked: list[int] = []
+    monkeypatch.setattr(engine_module, "cushion_heap", lambda nbytes: asked.append(nbytes) or 0)
+    m = Machine()
+    e = _warm_reusing_engine(m)
+    m.faults_next = [600]  # the first call faults; every later call reuses its pages
+    _, first_s = e.first_call(m.call("a", 2.0))
+    e.measure_cell({"a": m.call("a", 2.0)}, m.call("base", 4.0), warmed_s={"a": first_s})
+    m.faults_next = [50]  # the next block's warm-up faults 50 pages
+    e.measure_cell({"a": m.call("a", 2.0)}, m.call("base", 4.0), warmed_s={"a": 1.0})
+    page = engine_module.PAGE_BYTES
+    assert asked == [
+        engine_module.CUSHION_FACTOR * 600 * page,
+        engine_module.CUSHION_FACTOR * 50 * page,
+    ]
+
+
 def test_min_pairs_keeps_sampling_past_the_budget():
     m = Machine()
     common = dict(warmup_s=0.0, budget_s=0.001, target_rel_spread=-1.0, ci_target=-1.0)

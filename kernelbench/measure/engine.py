@@ -28,8 +28,11 @@ with no fault (a default gpt3 sweep on a 2-core Zen 4 VM whose first round skipp
 with the call).
 Later calls, in a shuffled order with the output checks between them, still outgrow the heap
 now and then, so after the warm-up the heap gets a cushion of resident free memory, twice what
-the warm-up calls faulted in (:func:`~kernelbench.measure.timing.cushion_heap`); and the heap
-keeps its pages between blocks.
+the warm-up calls faulted in (:func:`~kernelbench.measure.timing.cushion_heap`), the first calls
+made since the last block counted in: where a row's first call had just faulted its temporaries
+in, its warm-up faulted nothing and a block sized by the warm-up alone got no cushion (at 175B,
+torchao's 2.4 GB temporary then faulted 589,824 pages on a timed sample, 2.0x its others); and
+the heap keeps its pages between blocks.
 In a D.1 run, samples with more than 500 minor faults (up to 5.7x their row's median time):
 142 of 2399 before both, 24 of 2868 after.
 
@@ -354,6 +357,7 @@ class MeasurementEngine:
         if reuse_memory is None:
             reuse_memory = torch.device(device).type == "cpu"
         self.reuse_memory = reuse_memory
+        self._first_call_faults = 0  # faulted in by first calls since the last block's cushion
 
     @property
     def _gated(self) -> bool:
@@ -367,7 +371,10 @@ class MeasurementEngine:
         """The row's first call (its output is checked for accuracy): result and seconds. It
         counts as warm-up, so a 40-second call is not run twice before its first sample."""
         with self._memory():
-            return self.timer.seconds(call)
+            before = self.timer.usage()[0]
+            result = self.timer.seconds(call)
+            self._first_call_faults += self.timer.usage()[0] - before
+            return result
 
     def _warm_up(self, call: Call, warmed_s: float, warmup_s: float) -> None:
         """Untimed calls until ``warmup_s`` (less ``warmed_s`` already had) have passed; with
@@ -431,8 +438,9 @@ class MeasurementEngine:
             if baseline is not None:
                 self._warm_up(baseline, baseline_warmed_s, self.settings.warmup_s)
             if self.reuse_memory:
-                warm_faults = self.timer.usage()[0] - faults_before
+                warm_faults = self.timer.usage()[0] - faults_before + self._first_call_faults
                 cushion_heap(CUSHION_FACTOR * warm_faults * PAGE_BYTES)
+            self._first_call_faults = 0
             live = {k: c for k, c in calls.items() if k not in failed}
             if baseline_first_output is not None:
                 hooks[_BASELINE_KEY] = baseline_first_output
