@@ -115,6 +115,11 @@ def test_stopping_rules_on_synthetic_samples():
     rules = StoppingRules([Budget(1.0), SpreadTarget(0.02)], floor=3)
     assert not rules.done(SamplingState((10.0,) * 2, 5.0))  # the floor comes first
     assert rules.done(SamplingState((10.0,) * 3, 5.0))
+    # faulted samples do not count toward the floor, until twice the floor has been taken
+    assert not rules.done(SamplingState((10.0,) * 3, 5.0, faulted=1))
+    assert not rules.done(SamplingState((10.0,) * 4, 5.0, faulted=2))
+    assert rules.done(SamplingState((10.0,) * 4, 5.0, faulted=1))
+    assert rules.done(SamplingState((10.0,) * 6, 5.0, faulted=6))
 
 
 def test_interval_of_the_median_covers_it_and_narrows_with_samples():

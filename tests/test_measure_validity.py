@@ -151,6 +151,23 @@ def test_the_heap_cushion_counts_what_the_first_calls_faulted_in(monkeypatch):
     ]
 
 
+def test_a_row_at_its_floor_takes_a_pair_more_for_each_faulted_one():
+    """The floor of pairs counts pairs whose call did not fault in memory while timed."""
+    m = Machine()
+    common = dict(warmup_s=0.0, budget_s=0.001, target_rel_spread=-1.0, ci_target=-1.0)
+    e = _engine(m, evict=False, min_pairs=3, **common)
+    # baseline, a, baseline, a, ...: a's second call faults 1000 pages, the baseline's none
+    m.faults_next = [0, 0, 0, 1000] + [0] * 20
+    cell = e.measure_cell({"a": m.call("a", 50.0)}, baseline=m.call("base", 50.0))
+    assert cell.rows["a"].usage_of("minor_faults") == [0, 1000, 0, 0]
+    m.faults_next = [0] + [255, 0] * 3 + [0] * 20  # under the threshold: not faulted
+    cell = e.measure_cell({"a": m.call("a", 50.0)}, baseline=m.call("base", 50.0))
+    assert len(cell.rows["a"].row_ms) == 3
+    m.faults_next = [0] + [5000, 0] * 10  # every call of a faulted: twice the floor, no more
+    cell = e.measure_cell({"a": m.call("a", 50.0)}, baseline=m.call("base", 50.0))
+    assert len(cell.rows["a"].row_ms) == 6
+
+
 def test_min_pairs_keeps_sampling_past_the_budget():
     m = Machine()
     common = dict(warmup_s=0.0, budget_s=0.001, target_rel_spread=-1.0, ci_target=-1.0)
