@@ -99,7 +99,7 @@ def test_headline_names_the_fastest_at_each_end_with_its_interval(run_dir):
     assert third.startswith("Each interval comes from one round")
 
 
-def test_a_run_of_several_rounds_has_no_single_round_note(tmp_path, row_factory):
+def test_a_run_of_several_rounds_has_no_few_rounds_note(tmp_path, row_factory):
     writer = ResultsWriter(tmp_path)
     for rnd, ms in enumerate((1.0, 1.05, 0.98)):
         base = [2.0, 2.1, 1.9, 2.0]
@@ -119,6 +119,26 @@ def test_a_run_of_several_rounds_has_no_single_round_note(tmp_path, row_factory)
     assert df.loc[df["method"] == "llm_int8", "rounds"].item() == 3
     lines = headline(df)
     assert len(lines) == 2 and not any("one round" in line for line in lines)
+
+
+def test_a_row_on_two_rounds_is_named_with_why_its_interval_is_wide(tmp_path, row_factory):
+    """A quick run: one base round, and a second for one wide row: that row's interval is
+    Student's t of two round medians (one degree of freedom), and the run says so."""
+    writer = ResultsWriter(tmp_path)
+    base = [2.0, 2.1, 1.9, 2.0]
+    for rnd, ms in enumerate((1.0, 1.13)):
+        writer.append(row_factory("fp16", "torch", median_ms=2.0, raw_ms=base, round=rnd))
+        for method in ("llm_int8",) if rnd else ("llm_int8", "vectorwise"):
+            writer.append(
+                row_factory(method, "custom", median_ms=ms, raw_ms=[ms, ms * 1.02, ms * 0.99, ms],
+                            baseline_raw_ms=base, paired=True, round=rnd)
+            )  # fmt: skip
+    df = load_view(tmp_path)
+    wide = df[df["method"] == "llm_int8"].iloc[0]
+    assert wide["rounds"] == 2 and (wide["speedup_hi"] - wide["speedup_lo"]) / 2 > 0.8
+    note = [line for line in headline(df) if "rounds" in line]
+    assert len(note) == 1 and note[0].startswith("1 of 2 intervals rest on two rounds"), note
+    assert "the other 1 on one round" in note[0]
 
 
 def _baseline_and_row(path, row_factory, base_calls: dict, row_calls: dict) -> None:

@@ -429,20 +429,33 @@ def precision_by_tokens_line(df: pd.DataFrame, target: float) -> str:
     return line
 
 
-def single_round_note(df: pd.DataFrame) -> str:
-    """A note when every measured speedup with an interval comes from one round (``--quick``,
-    ``--rounds 1``): such an interval covers the scatter within that round's seconds, not the
-    drift between rounds or runs, which on a shared host is larger (docs/benchmarks.md)."""
+def few_rounds_note(df: pd.DataFrame) -> str:
+    """A note when the run's speedup intervals rest on one or two rounds each. Every one on
+    one round (``--quick``, ``--rounds 1``): such an interval covers the scatter within that
+    round's seconds, not the drift between rounds or runs, which on a shared host is larger
+    (docs/benchmarks.md). Some on two (a quick run's extra round): Student's t of two round
+    medians has one degree of freedom (quantile 12.7): two rounds 13% apart give about +-90%."""
     rows = _speedup_rows(df)
     if "rounds" not in rows or "speedup_lo" not in rows:
         return ""
     rows = rows[rows["speedup_lo"].notna()]
-    if not len(rows) or (rows["rounds"].fillna(1) > 1).any():
+    rounds = rows["rounds"].fillna(1) if len(rows) else rows["rounds"]
+    if not len(rows) or rounds.max() > 2:
         return ""
+    if rounds.max() <= 1:
+        return (
+            "Each interval comes from one round: it covers the scatter within that round, not "
+            "the drift between rounds or runs; pool rounds (--rounds, or kernelbench merge of "
+            "several runs) before reading a difference of a few percent."
+        )
+    two, one = int((rounds == 2).sum()), int((rounds <= 1).sum())
     return (
-        "Each interval comes from one round: it covers the scatter within that round, not the "
-        "drift between rounds or runs; pool rounds (--rounds, or kernelbench merge of several "
-        "runs) before reading a difference of a few percent."
+        f"{two} of {len(rows)} intervals rest on two rounds (an extra round for a wide or "
+        "contradicting row): Student's t of two round medians, one degree of freedom, is "
+        "wide whenever the two differ at all; "
+        + (f"the other {one} on one round cover the scatter within it only; " if one else "")
+        + "pool rounds (--rounds 3 or more, or kernelbench merge of several runs) before "
+        "reading a difference of a few percent."
     )
 
 
@@ -667,7 +680,7 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
     interval), then the run's precision (:func:`precision_line`; with several token counts,
     by token count: :func:`precision_by_tokens_line`), and when its intervals come
-    from one round, :func:`single_round_note`; then, when the host moved
+    from one or two rounds, :func:`few_rounds_note`; then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
     precision in each placement (:func:`placement_precision_line`); one when the cores read
     slow before part of the calls (:func:`core_state_note`) and one when it waited for fast
@@ -699,7 +712,7 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
     if by_tokens := precision_by_tokens_line(df, target):
         lines.append(by_tokens)
-    if one_round := single_round_note(df):
+    if one_round := few_rounds_note(df):
         lines.append(one_round)
     if placement := placement_note(df):
         lines.append(placement)
