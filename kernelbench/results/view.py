@@ -439,7 +439,7 @@ def few_rounds_note(df: pd.DataFrame) -> str:
     if "rounds" not in rows or "speedup_lo" not in rows:
         return ""
     rows = rows[rows["speedup_lo"].notna()]
-    rounds = rows["rounds"].fillna(1) if len(rows) else rows["rounds"]
+    rounds = rows["rounds"].fillna(1)
     if not len(rows) or rounds.max() > 2:
         return ""
     if rounds.max() <= 1:
@@ -450,9 +450,8 @@ def few_rounds_note(df: pd.DataFrame) -> str:
         )
     two, one = int((rounds == 2).sum()), int((rounds <= 1).sum())
     return (
-        f"{two} of {len(rows)} intervals rest on two rounds (an extra round for a wide or "
-        "contradicting row): Student's t of two round medians, one degree of freedom, is "
-        "wide whenever the two differ at all; "
+        f"{two} of {len(rows)} intervals rest on two rounds: Student's t of two round "
+        "medians, one degree of freedom, is wide whenever the two differ at all; "
         + (f"the other {one} on one round cover the scatter within it only; " if one else "")
         + "pool rounds (--rounds 3 or more, or kernelbench merge of several runs) before "
         "reading a difference of a few percent."
