@@ -711,8 +711,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     lines = [first, precision[:1].upper() + precision[1:] + "."] if precision else [first]
     if by_tokens := precision_by_tokens_line(df, target):
         lines.append(by_tokens)
-    if one_round := few_rounds_note(df):
-        lines.append(one_round)
+    if rounds_note := few_rounds_note(df):
+        lines.append(rounds_note)
     if placement := placement_note(df):
         lines.append(placement)
         if by_placement := placement_precision_line(df, target, states):
