@@ -296,8 +296,9 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
     in another placement of the threads than some of the rows' calls (``above_peak``: the
     peak has no figure for theirs), or the row is wrong. Measure the peaks again, once (quiet
     by their own checks; the cache keeps each placement's best call and adds the ones it had
-    not seen), and read the run against them: a row still above stays flagged. Returns the
-    run's view, read against the peaks it ends with."""
+    not seen), and read the run against them; rows still above make it read the bandwidth
+    again in their calls' placements (:func:`_reread_in_placements`): a row still above
+    stays flagged. Returns the run's view, read against the peaks it ends with."""
     from kernelbench.run.peak import PeakRefused, cached_peak
 
     view = load_view(req.out)
@@ -314,19 +315,76 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
         said = f"{escape(str(exc))}; the rows are read against the cached peaks"
         console.print(f"[yellow]{said}[/yellow]")
         return view
-    env = res.load_env(req.out)
-    env["peak"] = {**env.get("peak", {}), **fresh}
-    res.write_env(req.out, env)
-    view = load_view(req.out)
+    view = _read_against(req, fresh)
     still = _rows_above_roofline(view)
     console.print(f"against the peaks measured again: {still} of the {above} row(s) still above")
+    if still:
+        view = _reread_in_placements(req, prep, view)
+    return view
+
+
+def _read_against(req: RunRequest, peak: dict):
+    """The run's view read against ``peak`` (written into its env.json)."""
+    env = res.load_env(req.out)
+    env["peak"] = {**env.get("peak", {}), **peak}
+    res.write_env(req.out, env)
+    return load_view(req.out)
+
+
+def _reread_in_placements(req: RunRequest, prep: _Prepared, view):
+    """Rows still above after the peaks were measured again, in a placement of the threads
+    the re-measurement may not have run in: read the bandwidth again in their calls'
+    placements, waiting for the host to run the threads there (:func:`~kernelbench.run.peak.
+    reread_bandwidth`), and say which it did not; recorded in env.json's ``peak_reread``."""
+    from kernelbench.run.peak import PLACEMENT_WAIT_S, PeakRefused, placements_of, reread_bandwidth
+
+    above = _above_roofline(view)
+    cold = view[above & (view["cache"] == "cold")] if "cache" in view else view.iloc[:0]
+    links = [v for calls in cold.get("link_ns", []) if isinstance(calls, list) for v in calls]
+    targets = placements_of(links)
+    if not targets:
+        return view
+    where = ", ".join(f"{t:.0f} ns" for t in targets)
+    console.print(
+        f"reading the bandwidth again where the host ran those rows' threads (round trip "
+        f"{where}), waiting up to {PLACEMENT_WAIT_S:.0f} s for it to run them there ..."
+    )
+    try:
+        got = reread_bandwidth(prep.device, targets)
+    except PeakRefused as exc:
+        console.print(
+            f"[yellow]{escape(str(exc))}; the rows are read against the cached peaks[/yellow]"
+        )
+        return view
+    env = res.load_env(req.out)
+    env["peak_reread"] = {
+        "placements_ns": targets,
+        "read": got.read,
+        "missed": got.missed,
+        "waited_s": round(got.waited_s, 1),
+    }
+    res.write_env(req.out, env)
+    view = _read_against(req, got.peak)
+    said = f"{_rows_above_roofline(view)} row(s) still above"
+    if got.missed:
+        missed = ", ".join(f"{t:.0f} ns" for t in got.missed)
+        said += (
+            f"; the host did not run the threads where they read {missed} in "
+            f"{got.waited_s:.0f} s: that placement's figure was not read again "
+            "(kernelbench peak --remeasure when it does)"
+        )
+    console.print(f"against the bandwidth read again: {said}")
     return view
 
 
 def _rows_above_roofline(view) -> int:
     """Rows flagged above their roofline, and those above the measured peak's only where it
     has no figure for their calls' placement."""
-    return int((flagged(view, ABOVE_ROOFLINE) | marked(view, "above_peak")).sum())
+    return int(_above_roofline(view).sum())
+
+
+def _above_roofline(view):
+    return flagged(view, ABOVE_ROOFLINE) | marked(view, "above_peak")
 
 
 def _cache_env(mode: str, device: str) -> dict:

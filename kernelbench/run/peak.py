@@ -333,10 +333,37 @@ def _placement_text(best: BandwidthCall, around: list[float] | None) -> str:
     return f", the threads' cache-line round trip {', '.join(parts)}" if parts else ""
 
 
-def measure_peak(device: torch.device) -> dict:
-    """The device's peaks in env.json's ``peak`` format (source ``measured``)."""
+def _bandwidth_peak(
+    engine: MeasurementEngine, device: torch.device, threads: str, when: str
+) -> dict | None:
+    """The bandwidth probes' best call as a peak entry (without device class and processor),
+    with the placements of the threads its calls ran in; ``None`` when no probe ran."""
     from kernelbench.run.cell import link_probe
 
+    link = link_probe(device)
+    before = link() if link else None
+    calls = _bandwidth_calls(engine, device, link)
+    after = link() if link else None
+    around = None if before is None or after is None else [round(before, 1), round(after, 1)]
+    best = max(calls, key=lambda c: c.gbs, default=None)
+    if best is None:
+        return None
+    where = _placement_text(best, around)
+    entry: dict = {
+        "gbs": best.gbs,
+        "source": "measured",
+        "note": f"best call of {best.how}, {threads}{where}, {when}",
+    }
+    if around is not None:
+        entry["link_ns"] = around
+    placements = bandwidth_placements(calls, when)
+    if placements:
+        entry["placements"] = placements
+    return entry
+
+
+def measure_peak(device: torch.device) -> dict:
+    """The device's peaks in env.json's ``peak`` format (source ``measured``)."""
     engine = _engine(device)
     dclass = device_class(device)
     chip = processor(device)
@@ -358,26 +385,9 @@ def measure_peak(device: torch.device) -> dict:
                 "device_class": dclass,
                 "processor": chip,
             }
-    link = link_probe(device)
-    before = link() if link else None
-    calls = _bandwidth_calls(engine, device, link)
-    after = link() if link else None
-    around = None if before is None or after is None else [round(before, 1), round(after, 1)]
-    best = max(calls, key=lambda c: c.gbs, default=None)
-    if best is not None:
-        where = _placement_text(best, around)
-        peak["bandwidth"] = {
-            "gbs": best.gbs,
-            "source": "measured",
-            "note": f"best call of {best.how}, {threads} threads{where}, {when}",
-            "device_class": dclass,
-            "processor": chip,
-        }
-        if around is not None:
-            peak["bandwidth"]["link_ns"] = around
-        placements = bandwidth_placements(calls, when)
-        if placements:
-            peak["bandwidth"]["placements"] = placements
+    bandwidth = _bandwidth_peak(engine, device, f"{threads} threads", when)
+    if bandwidth is not None:
+        peak["bandwidth"] = {**bandwidth, "device_class": dclass, "processor": chip}
     if device.type == "cpu":
         fresh = _engine(device, reuse_memory=False)
         peak["first_touch"] = {
@@ -493,21 +503,126 @@ def cached_peak_exists(device: torch.device) -> bool:
     return cache_path(device_class(device)).exists()
 
 
+def _read_cache(path: Path) -> dict | None:
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # an unreadable cache is measured again
+    return previous if isinstance(previous, dict) else None
+
+
+def store_peak(device: torch.device, fresh: dict) -> dict:
+    """``fresh`` figures merged into this device class's cache (:func:`keep_best`; figures
+    it does not measure stay as they were); returns the cache as written."""
+    path = cache_path(device_class(device))
+    previous = (_read_cache(path) if path.exists() else None) or {}
+    peak = {**previous, **keep_best(previous, fresh)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(peak, indent=2), encoding="utf-8")
+    return peak
+
+
 def cached_peak(device: torch.device, remeasure: bool = False) -> dict:
     """The cached peaks of this device class, measured (and cached) when missing or asked to
     (``remeasure``: a figure the cache read higher on the same processor stays, see
     :func:`keep_best`); raises :class:`PeakRefused` when the machine is too busy to measure."""
     path = cache_path(device_class(device))
-    previous = None
-    if path.exists():
-        try:
-            previous = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            previous = None  # an unreadable cache is measured again
-    if isinstance(previous, dict) and not remeasure:
+    previous = _read_cache(path) if path.exists() else None
+    if previous is not None and not remeasure:
         return previous  # ({} knows no peak: runs have no rooflines)
-    fresh = measure_quiet_peak(device)
-    peak = keep_best(previous if isinstance(previous, dict) else {}, fresh)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(peak, indent=2), encoding="utf-8")
-    return peak
+    return store_peak(device, measure_quiet_peak(device))
+
+
+def measure_bandwidth(device: torch.device) -> dict:
+    """The bandwidth peak alone, in env.json's ``peak`` format (empty when no probe ran)."""
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    entry = _bandwidth_peak(_engine(device), device, f"{torch.get_num_threads()} threads", when)
+    if entry is None:
+        return {}
+    chip = processor(device)
+    return {"bandwidth": {**entry, "device_class": device_class(device), "processor": chip}}
+
+
+#: How long a run whose rows are above the bandwidth figure of a placement of the threads waits
+#: at most for the host to run its threads there, to read the bus in that placement again: a
+#: run's re-measurement of every peak reads the bus in the placement the host gives then (on a
+#: 2-vCPU Zen 4 VM it ran with the threads together, 35 GB/s, while the rows it was to judge had
+#: streamed 45-52 GB/s with them apart, against a figure for apart read at 39 hours earlier; a
+#: re-measurement apart read 62), and the host moves them every few minutes.
+PLACEMENT_WAIT_S = 300.0
+#: Seconds between two readings of where the threads run while waiting.
+PLACEMENT_POLL_S = 2.0
+#: Bandwidth measurements at most while waiting (each loads the machine for seconds; one whose
+#: probes ran elsewhere than the reading before them said is tried again).
+PLACEMENT_TRIES = 3
+
+
+@dataclass
+class PlacementReread:
+    """The bandwidth read again in the placements a run's rows ran in: the cache after,
+    each placement's round trip read again (``read``) and those the host did not run the
+    threads in while it was waited for (``missed``), and how long that took."""
+
+    peak: dict
+    read: list[float]
+    missed: list[float]
+    waited_s: float
+
+
+def placements_of(links: list[float]) -> list[float]:
+    """The placements of the threads among link readings: each group's median round trip
+    (one or two groups, :func:`~kernelbench.results.states.link_threshold`); readings of a
+    thread that was not running are left out."""
+    placed = sorted(v for v in links if 0 < v <= LINK_MAX_NS)
+    if not placed:
+        return []
+    threshold = link_threshold(placed)
+    if threshold is None:
+        return [round(statistics.median(placed), 1)]
+    groups = ([v for v in placed if v < threshold], [v for v in placed if v >= threshold])
+    return [round(statistics.median(g), 1) for g in groups]
+
+
+def reread_bandwidth(
+    device: torch.device,
+    placements_ns: list[float],
+    wait_s: float | None = None,
+    link: Link = None,
+    measure: Callable[[torch.device], dict] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PlacementReread:
+    """Read the bandwidth again in each of ``placements_ns`` (round trips between two of the
+    threads): wait, reading ``link`` every :data:`PLACEMENT_POLL_S`, until the host runs the
+    threads in one still to read, then measure the bandwidth alone (``measure``: quiet-checked
+    by default) and keep its figures in the cache; a placement counts as read when the probes'
+    own calls ran in it. Stops when every placement is read, after :data:`PLACEMENT_TRIES`
+    measurements, or after ``wait_s`` (:data:`PLACEMENT_WAIT_S`). Raises :class:`PeakRefused`
+    when the machine is too busy to measure."""
+    from kernelbench.run.cell import link_probe
+
+    wait_s = PLACEMENT_WAIT_S if wait_s is None else wait_s
+    link = link if link is not None else link_probe(device)
+    if measure is None:
+        measure = lambda d: measure_quiet_peak(d, measure=measure_bandwidth)  # noqa: E731
+    pending = list(placements_ns)
+    read: list[float] = []
+    path = cache_path(device_class(device))
+    peak = _read_cache(path) if path.exists() else None
+    start, tries = clock(), 0
+    while pending and link is not None:
+        now = link()
+        if now is not None and any(same_placement(now, p) for p in pending):
+            fresh = measure(device)
+            peak = store_peak(device, fresh)
+            tries += 1
+            seen = [p["link_ns"] for p in fresh.get("bandwidth", {}).get("placements") or []]
+            met = [p for p in pending if any(same_placement(p, s) for s in seen)]
+            read += met
+            pending = [p for p in pending if p not in met]
+            if not seen or tries >= PLACEMENT_TRIES:  # the probes do not say where they ran
+                break
+        if not pending or clock() - start >= wait_s:
+            break
+        sleep(PLACEMENT_POLL_S)
+    return PlacementReread(peak or {}, read, pending, clock() - start)
