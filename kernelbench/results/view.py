@@ -442,19 +442,21 @@ def few_rounds_note(df: pd.DataFrame) -> str:
     rounds = rows["rounds"].fillna(1)
     if not len(rows) or rounds.max() > 2:
         return ""
+    pool = (
+        "pool rounds (--rounds 3 or more, or kernelbench merge of several runs) before reading "
+        "a difference of a few percent."
+    )
     if rounds.max() <= 1:
         return (
             "Each interval comes from one round: it covers the scatter within that round, not "
-            "the drift between rounds or runs; pool rounds (--rounds, or kernelbench merge of "
-            "several runs) before reading a difference of a few percent."
+            f"the drift between rounds or runs; {pool}"
         )
     two, one = int((rounds == 2).sum()), int((rounds <= 1).sum())
     return (
         f"{two} of {len(rows)} intervals rest on two rounds: Student's t of two round "
         "medians, one degree of freedom, is wide whenever the two differ at all; "
         + (f"the other {one} on one round cover the scatter within it only; " if one else "")
-        + "pool rounds (--rounds 3 or more, or kernelbench merge of several runs) before "
-        "reading a difference of a few percent."
+        + pool
     )
 
 

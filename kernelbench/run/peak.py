@@ -547,7 +547,7 @@ def measure_bandwidth(device: torch.device) -> dict:
 #: at most for the host to run its threads there, to read the bus in that placement again: a
 #: run's re-measurement of every peak reads the bus in the placement the host gives then (on a
 #: 2-vCPU Zen 4 VM it ran with the threads together, 35 GB/s, while the rows it was to judge had
-#: streamed 45-52 GB/s with them apart, against a figure for apart read at 39 hours earlier; a
+#: streamed 45-52 GB/s with them apart, against a figure for apart read at 39 GB/s hours earlier; a
 #: re-measurement apart read 62), and the host moves them every few minutes.
 PLACEMENT_WAIT_S = 300.0
 #: Seconds between two readings of where the threads run while waiting.
@@ -620,7 +620,7 @@ def reread_bandwidth(
             met = [p for p in pending if any(same_placement(p, s) for s in seen)]
             read += met
             pending = [p for p in pending if p not in met]
-            if not seen or tries >= PLACEMENT_TRIES:  # the probes do not say where they ran
+            if not seen or tries >= PLACEMENT_TRIES:  # no probe says where it ran, or enough
                 break
         if not pending or clock() - start >= wait_s:
             break
