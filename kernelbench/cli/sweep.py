@@ -369,8 +369,8 @@ def _reread_in_placements(req: RunRequest, prep: _Prepared, view):
     if got.missed:
         missed = ", ".join(f"{t:.0f} ns" for t in got.missed)
         said += (
-            f"; the host did not run the threads where they read {missed} in "
-            f"{got.waited_s:.0f} s: that placement's figure was not read again "
+            f"; in {got.waited_s:.0f} s the host did not run the threads where their round "
+            f"trip read {missed}: that placement's figure was not read again "
             "(kernelbench peak --remeasure when it does)"
         )
     console.print(f"against the bandwidth read again: {said}")
