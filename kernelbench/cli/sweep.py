@@ -323,10 +323,11 @@ def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):
     return view
 
 
-def _read_against(req: RunRequest, peak: dict):
-    """The run's view read against ``peak`` (written into its env.json)."""
+def _read_against(req: RunRequest, peak: dict, **more):
+    """The run's view read against ``peak`` (written into its env.json, with ``more``)."""
     env = res.load_env(req.out)
     env["peak"] = {**env.get("peak", {}), **peak}
+    env.update(more)
     res.write_env(req.out, env)
     return load_view(req.out)
 
@@ -356,15 +357,13 @@ def _reread_in_placements(req: RunRequest, prep: _Prepared, view):
             f"[yellow]{escape(str(exc))}; the rows are read against the cached peaks[/yellow]"
         )
         return view
-    env = res.load_env(req.out)
-    env["peak_reread"] = {
+    reread = {
         "placements_ns": targets,
         "read": got.read,
         "missed": got.missed,
         "waited_s": round(got.waited_s, 1),
     }
-    res.write_env(req.out, env)
-    view = _read_against(req, got.peak)
+    view = _read_against(req, got.peak, peak_reread=reread)
     said = f"{_rows_above_roofline(view)} row(s) still above"
     if got.missed:
         missed = ", ".join(f"{t:.0f} ns" for t in got.missed)

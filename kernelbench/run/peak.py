@@ -15,6 +15,7 @@ each row's roofline.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -231,6 +232,20 @@ def _bandwidth_calls(engine: MeasurementEngine, device: torch.device, link: Link
     return [*_stream_calls(engine, device, link), *_gemv_calls(engine, device, link)]
 
 
+def _by_placement(items: list, link_of: Callable[[object], float | None]) -> list[list]:
+    """``items`` with a link reading (of a running thread: at most :data:`~kernelbench.results.
+    states.LINK_MAX_NS`), in one group, or in two where their readings fall in two
+    (:func:`~kernelbench.results.states.link_threshold`), nearest placement first."""
+    placed = [x for x in items if (v := link_of(x)) is not None and v <= LINK_MAX_NS]
+    if not placed:
+        return []
+    threshold = link_threshold([link_of(x) for x in placed])
+    if threshold is None:
+        return [placed]
+    near = [x for x in placed if link_of(x) < threshold]
+    return [near, [x for x in placed if link_of(x) >= threshold]]
+
+
 def bandwidth_placements(calls: list[BandwidthCall], when: str) -> list[dict]:
     """The best call of each placement of the threads the probes ran in: the calls with a link
     reading, split where those fall in two groups (:func:`~kernelbench.results.states.
@@ -241,16 +256,8 @@ def bandwidth_placements(calls: list[BandwidthCall], when: str) -> list[dict]:
     row is judged against the figure of the placement its calls ran in
     (:mod:`kernelbench.results.physics`). Empty without link readings (one thread, CUDA, no
     extension)."""
-    placed = [c for c in calls if c.link_ns is not None and c.link_ns <= LINK_MAX_NS]
-    if not placed:
-        return []
-    threshold = link_threshold([c.link_ns for c in placed])
-    groups = [placed]
-    if threshold is not None:
-        groups = [[c for c in placed if c.link_ns < threshold]]
-        groups.append([c for c in placed if c.link_ns >= threshold])
     out = []
-    for group in groups:
+    for group in _by_placement(calls, lambda c: c.link_ns):
         best = max(group, key=lambda c: c.gbs)
         out.append(
             {
@@ -504,10 +511,11 @@ def cached_peak_exists(device: torch.device) -> bool:
 
 
 def _read_cache(path: Path) -> dict | None:
+    """The cache at ``path`` (``None`` when missing or unreadable)."""
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None  # an unreadable cache is measured again
+        return None  # a missing or unreadable cache is measured
     return previous if isinstance(previous, dict) else None
 
 
@@ -515,7 +523,7 @@ def store_peak(device: torch.device, fresh: dict) -> dict:
     """``fresh`` figures merged into this device class's cache (:func:`keep_best`; figures
     it does not measure stay as they were); returns the cache as written."""
     path = cache_path(device_class(device))
-    previous = (_read_cache(path) if path.exists() else None) or {}
+    previous = _read_cache(path) or {}
     peak = {**previous, **keep_best(previous, fresh)}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(peak, indent=2), encoding="utf-8")
@@ -527,7 +535,7 @@ def cached_peak(device: torch.device, remeasure: bool = False) -> dict:
     (``remeasure``: a figure the cache read higher on the same processor stays, see
     :func:`keep_best`); raises :class:`PeakRefused` when the machine is too busy to measure."""
     path = cache_path(device_class(device))
-    previous = _read_cache(path) if path.exists() else None
+    previous = _read_cache(path)
     if previous is not None and not remeasure:
         return previous  # ({} knows no peak: runs have no rooflines)
     return store_peak(device, measure_quiet_peak(device))
@@ -571,16 +579,8 @@ class PlacementReread:
 
 def placements_of(links: list[float]) -> list[float]:
     """The placements of the threads among link readings: each group's median round trip
-    (one or two groups, :func:`~kernelbench.results.states.link_threshold`); readings of a
-    thread that was not running are left out."""
-    placed = sorted(v for v in links if 0 < v <= LINK_MAX_NS)
-    if not placed:
-        return []
-    threshold = link_threshold(placed)
-    if threshold is None:
-        return [round(statistics.median(placed), 1)]
-    groups = ([v for v in placed if v < threshold], [v for v in placed if v >= threshold])
-    return [round(statistics.median(g), 1) for g in groups]
+    (:func:`_by_placement`); readings of a thread that was not running are left out."""
+    return [round(statistics.median(g), 1) for g in _by_placement(links, lambda v: v)]
 
 
 def reread_bandwidth(
@@ -604,11 +604,11 @@ def reread_bandwidth(
     wait_s = PLACEMENT_WAIT_S if wait_s is None else wait_s
     link = link if link is not None else link_probe(device)
     if measure is None:
-        measure = lambda d: measure_quiet_peak(d, measure=measure_bandwidth)  # noqa: E731
+        measure = functools.partial(measure_quiet_peak, measure=measure_bandwidth)
     pending = list(placements_ns)
     read: list[float] = []
     path = cache_path(device_class(device))
-    peak = _read_cache(path) if path.exists() else None
+    peak = _read_cache(path)
     start, tries = clock(), 0
     while pending and link is not None:
         now = link()
