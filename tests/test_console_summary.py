@@ -347,3 +347,27 @@ def test_a_share_above_a_peak_without_its_placement_is_marked():
     row = pd.Series({"roofline_share": 1.3, "bus_roofline_share": 0.9, "above_peak": True})
     assert share_text(row) == "130% b90% [yellow]p[/yellow]"
     assert share_text(row.drop("above_peak")) == "130% b90%"
+
+
+def test_headline_says_which_placement_the_bandwidth_was_not_read_again_in(tmp_path, row_factory):
+    """A run whose rows stayed above their roofline read the bandwidth again where they ran;
+    a placement the host did not give within the wait is named in the headline (and the
+    report, which shows the headline); a re-read that missed nothing, or none, says nothing."""
+    from kernelbench.results.schema import write_env
+
+    def run(path, reread):
+        _baseline_and_row(path, row_factory, {"link_ns": [60.0] * 4}, {"link_ns": [60.0] * 4})
+        if reread is not None:
+            write_env(path, {"peak_reread": reread})
+        return [line for line in headline(load_view(path)) if line.startswith("Rows stayed")]
+
+    missed = {"placements_ns": [58.8, 301.2], "read": [58.8], "missed": [301.2], "waited_s": 300.0}
+    assert run(tmp_path / "missed", missed) == [
+        "Rows stayed above their roofline after the peaks were measured again; the run waited "
+        "300 s for the host to run the threads where a cache line's round trip read 301 ns, "
+        "and it did not: rows there are judged against that placement's cached bandwidth "
+        "(kernelbench peak --remeasure when the host runs them there)."
+    ]
+    read = {"placements_ns": [58.8], "read": [58.8], "missed": [], "waited_s": 21.3}
+    assert run(tmp_path / "read", read) == []
+    assert run(tmp_path / "none", None) == []

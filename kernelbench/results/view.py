@@ -84,10 +84,12 @@ def pooled_rows(rows: list[dict], env: dict) -> list[ResultRow]:
 def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
     """:func:`pooled_rows` as a DataFrame; ``attrs["ci_target"]`` is the run's interval
     target, ``attrs["load"]`` the load it ran under (env.json's, when recorded),
-    ``attrs["core_wait_s"]`` how long it waited at most for fast cores before a call."""
+    ``attrs["core_wait_s"]`` how long it waited at most for fast cores before a call,
+    ``attrs["peak_reread"]`` the bandwidth read again by placement at its end (when it was)."""
     df = pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
     df.attrs["ci_target"] = ci_target(env)
     df.attrs["load"] = env.get("load")
+    df.attrs["peak_reread"] = env.get("peak_reread")
     timer = env.get("timer")
     df.attrs["core_wait_s"] = timer.get("core_wait_s") if isinstance(timer, dict) else None
     return df
@@ -588,6 +590,24 @@ def busy_note(load: dict) -> str:
     )
 
 
+def missed_placement_note(reread: dict | None) -> str:
+    """One line when the run read the bandwidth again where its rows above their roofline
+    had run (env.json's ``peak_reread``) and the host did not run the threads in one of those
+    placements while it waited: the rows there are judged against that placement's cached
+    figure. Empty when nothing was missed (or nothing read again)."""
+    missed = [float(ns) for ns in (reread or {}).get("missed") or []]
+    if not missed:
+        return ""
+    where = ", ".join(f"{ns:.0f} ns" for ns in missed)
+    waited = float(reread.get("waited_s") or 0.0)
+    return (
+        "Rows stayed above their roofline after the peaks were measured again; the run waited "
+        f"{waited:.0f} s for the host to run the threads where a cache line's round trip read "
+        f"{where}, and it did not: rows there are judged against that placement's cached "
+        "bandwidth (kernelbench peak --remeasure when the host runs them there)."
+    )
+
+
 def core_wait_note(df: pd.DataFrame) -> str:
     """One line when the run waited for fast cores before its timed calls
     (:class:`~kernelbench.measure.timing.CoreGate`): how often, how long in all, and how many
@@ -683,7 +703,9 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     by token count: :func:`precision_by_tokens_line`), and when its intervals come
     from one or two rounds, :func:`few_rounds_note`; then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
-    precision in each placement (:func:`placement_precision_line`); one when the cores read
+    precision in each placement (:func:`placement_precision_line`); one when a placement the
+    run's bandwidth was to be read again in never came (:func:`missed_placement_note`); one
+    when the cores read
     slow before part of the calls (:func:`core_state_note`) and one when it waited for fast
     cores (:func:`core_wait_note`); and one when the machine was busy while it ran
     (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where
@@ -719,6 +741,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
         lines.append(placement)
         if by_placement := placement_precision_line(df, target, states):
             lines.append(by_placement)
+    if missed := missed_placement_note(df.attrs.get("peak_reread")):
+        lines.append(missed)
     if cores := core_state_note(df):
         lines.append(cores)
     if waited := core_wait_note(df):
