@@ -481,6 +481,75 @@ def test_a_temporary_past_2_gib_is_not_faulted_in_again_while_timing():
     assert faults < 1000, f"{faults} page faults for a temporary the heap had kept"
 
 
+def test_giving_back_the_heaps_top_leaves_its_holes_resident():
+    """When the run needs memory it gives back the heap's top first: a freed hole below live
+    memory keeps its pages (mincore), for the next block's calls to reuse without faulting
+    them in, and the top is trimmed (glibc's ``keepcost``: what the top could give back);
+    giving back every free page drops the hole's too."""
+    import ctypes
+    import ctypes.util
+    import resource
+
+    from kernelbench.measure import timing
+
+    if timing._LIBC is None or timing._MALLINFO2 is None:
+        pytest.skip("glibc 2.33+ only")
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    page = resource.getpagesize()
+    hole_bytes, top_bytes = 64 << 20, 256 << 20
+
+    def resident_pages(address: int, nbytes: int) -> int:
+        start = -(-address // page) * page + page  # past the chunk's header page
+        length = (address + nbytes) // page * page - page - start
+        vec = ctypes.create_string_buffer(length // page)
+        assert libc.mincore(start, length, vec) == 0, ctypes.get_errno()
+        return sum(b & 1 for b in vec.raw)
+
+    def touched(nbytes: int) -> int:
+        block = libc.malloc(nbytes)
+        assert block, "malloc failed"
+        ctypes.memset(block, 1, nbytes)
+        return block
+
+    with timing.freed_memory_reused():
+        hole = touched(hole_bytes)
+        live = touched(1 << 20)  # above the hole: what keeps it a hole
+        libc.free(hole)
+        libc.free(touched(top_bytes))
+    try:
+        pages = resident_pages(hole, hole_bytes)
+        assert pages > 0.9 * hole_bytes / page
+        timing.release_heap_top()
+        assert resident_pages(hole, hole_bytes) == pages  # the hole kept
+        assert timing._MALLINFO2().keepcost < timing._DEFAULT_TRIM_THRESHOLD + (1 << 20)
+        timing.release_free_memory()
+        assert resident_pages(hole, hole_bytes) < 0.1 * pages  # every free page given back
+    finally:
+        libc.free(live)
+        timing.release_free_memory()
+
+
+def test_memory_is_given_back_a_step_at_a_time_until_enough_is_free():
+    """The heap's top, then every free page, each only while the memory still falls short."""
+    from kernelbench.measure.timing import available_after_release
+
+    done: list[str] = []
+    steps = (lambda: done.append("top"), lambda: done.append("all"))
+    for readings, given_back, free in (
+        ([50], [], 50),  # enough: nothing given back
+        ([5, 25], ["top"], 25),  # the top was enough
+        ([5, 8, 30], ["top", "all"], 30),
+        ([5, 8, 9], ["top", "all"], 9),  # still short: the caller lets kept cells go
+    ):
+        done.clear()
+        reading = iter(readings)
+        assert available_after_release(20, lambda r=reading: next(r), steps) == free
+        assert done == given_back
+
+
 def test_cpu_memory_is_reused_while_timing_and_given_back_when_released(monkeypatch):
     from kernelbench.measure import timing
 

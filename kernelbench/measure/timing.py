@@ -35,7 +35,7 @@ import resource
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -548,9 +548,13 @@ def _glibc():
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
     except OSError:
         return None
+    if not all(hasattr(libc, f) for f in ("mallopt", "malloc_trim", "malloc", "free")):
+        return None
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    return libc
 
 
 _LIBC = _glibc()
@@ -657,28 +661,61 @@ def freed_memory_reused(enabled: bool = True) -> Iterator[None]:
             _LIBC.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
 
 
-def release_free_memory() -> None:
-    """Return the heap's free pages to the system and trim it as glibc does by default again
-    (outside a reuse block; off glibc nothing): called before the run reads how much memory
-    it has."""
+def _trim_as_by_default() -> bool:
+    """Outside a reuse block on glibc: the heap trimmed as glibc does by default again (True);
+    else nothing to give back (False)."""
     global _heap_kept
     if _LIBC is None or _reuse_depth > 0:
-        return
+        return False
     if _heap_kept:
         _LIBC.mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
         _heap_kept = False
-    _LIBC.malloc_trim(0)
+    return True
+
+
+#: A chunk this large, freed, makes glibc's free() check the heap's top against the trim
+#: threshold (it does so for a chunk of 64 KiB or more, FASTBIN_CONSOLIDATION_THRESHOLD).
+_TRIM_TRIGGER_BYTES = 1 << 20
+
+
+def release_heap_top() -> None:
+    """Return only the free memory at the top of the heap to the system (outside a reuse
+    block; off glibc nothing): with the trim threshold back at its default, freeing a large
+    chunk trims the top (mallopt(3)). The free holes below live memory stay resident, for
+    the next block's calls to reuse: :func:`release_free_memory` gives them back too, and
+    the calls that land in them fault them in again while timed (a sweep of d=768-2560 at
+    2048 tokens with every heap page given back before each cell: 66 of 1,168 samples
+    faulted and the sweep took 2:44; as run, 0 of 989 and 1:59)."""
+    if not _trim_as_by_default():
+        return
+    _LIBC.mallopt(_M_MMAP_MAX, 0)  # from the heap: its free() is what trims the top
+    try:
+        chunk = _LIBC.malloc(_TRIM_TRIGGER_BYTES)
+    finally:
+        _LIBC.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
+    if chunk:
+        _LIBC.free(chunk)
+
+
+def release_free_memory() -> None:
+    """Return all of the heap's free pages to the system, its holes too, and trim it as glibc
+    does by default again (outside a reuse block; off glibc nothing)."""
+    if _trim_as_by_default():
+        _LIBC.malloc_trim(0)
 
 
 def available_after_release(
     needed: int,
     available: Callable[[], int | None] = available_bytes,
-    release: Callable[[], None] = release_free_memory,
+    releases: Sequence[Callable[[], None]] = (release_heap_top, release_free_memory),
 ) -> int | None:
-    """The memory available (``available``), read again after giving back the heap's free
-    pages (``release``) when it is below ``needed``: they cost nothing to give back."""
+    """The memory available (``available``), read again after each of ``releases`` while it
+    is below ``needed``: the heap's free pages cost nothing to give back, its top first (the
+    holes left resident are what the next block's calls reuse), then all of them."""
     free = available()
-    if free is not None and free < needed:
+    for release in releases:
+        if free is None or free >= needed:
+            break
         release()
         free = available()
     return free

@@ -29,6 +29,7 @@ from kernelbench.measure.timing import (
     available_bytes,
     heap_live_bytes,
     release_free_memory,
+    release_heap_top,
 )
 from kernelbench.run.cases import CellInputs, LayerInputs
 
@@ -174,7 +175,8 @@ class PreparedCells:
         keep_layer: Hashable = None,
     ) -> None:
         """Let kept cells go (least recently used first) while the system has less than
-        ``needed_bytes`` free (after giving back the heap's free pages): a cell about to be
+        ``needed_bytes`` free (after giving back the heap's free pages, its top first, then
+        its holes; ``release``: what gives them back instead, in one step): a cell about to be
         built must never run out of memory because of what an earlier one left here. Never
         ``keep``, the cell about to be measured: its caller holds it, so letting it go would
         free nothing and only cost its next round the building; nor the cells of
@@ -188,14 +190,14 @@ class PreparedCells:
         if not others:
             return
         available = available or available_bytes
-        release = release or release_free_memory
-        free = available_after_release(needed_bytes, available, release)
+        releases = (release,) if release else (release_heap_top, release_free_memory)
+        free = available_after_release(needed_bytes, available, releases)
         while others and free is not None and free < needed_bytes:
             self._let_go(others.pop(0))
             gc.collect()
             # what the cell held may sit in the heap (allocated while timing reused freed
             # memory): given back, or the system's free memory would not show it
-            free = available_after_release(needed_bytes, available, release)
+            free = available_after_release(needed_bytes, available, releases)
 
     def offer(self, key: Hashable, cell: PreparedCell) -> bool:
         """Keep ``cell`` under ``key`` if it fits (pushing out smaller cells); True if kept."""
