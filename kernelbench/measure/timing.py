@@ -539,7 +539,7 @@ _NEVER_TRIM = -1
 ALLOCATOR_NOTE = (
     "glibc malloc while timing: mmap off, no trimming (a freed output is reused by the next "
     "call, as under a caching allocator); the heap keeps freed memory resident between timed "
-    "blocks and gives it back when the run needs memory"
+    "blocks and gives it back when the run needs memory, its top first"
 )
 
 
@@ -704,10 +704,14 @@ def release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+#: How the heap's free pages are given back when the run needs memory, one step at a time.
+RELEASE_STEPS = (release_heap_top, release_free_memory)
+
+
 def available_after_release(
     needed: int,
     available: Callable[[], int | None] = available_bytes,
-    releases: Sequence[Callable[[], None]] = (release_heap_top, release_free_memory),
+    releases: Sequence[Callable[[], None]] = RELEASE_STEPS,
 ) -> int | None:
     """The memory available (``available``), read again after each of ``releases`` while it
     is below ``needed``: the heap's free pages cost nothing to give back, its top first (the

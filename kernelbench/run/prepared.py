@@ -25,11 +25,10 @@ from kernelbench.backends.base import Runner, SharedWeights
 from kernelbench.backends.residency import reachable_tensors
 from kernelbench.kernels import cpu_ext
 from kernelbench.measure.timing import (
+    RELEASE_STEPS,
     available_after_release,
     available_bytes,
     heap_live_bytes,
-    release_free_memory,
-    release_heap_top,
 )
 from kernelbench.run.cases import CellInputs, LayerInputs
 
@@ -190,7 +189,7 @@ class PreparedCells:
         if not others:
             return
         available = available or available_bytes
-        releases = (release,) if release else (release_heap_top, release_free_memory)
+        releases = (release,) if release else RELEASE_STEPS
         free = available_after_release(needed_bytes, available, releases)
         while others and free is not None and free < needed_bytes:
             self._let_go(others.pop(0))
