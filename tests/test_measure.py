@@ -516,7 +516,15 @@ def test_giving_back_the_heaps_top_leaves_its_holes_resident():
 
     with timing.freed_memory_reused():
         hole = touched(hole_bytes)
-        live = touched(1 << 20)  # above the hole: what keeps it a hole
+        # a live chunk above the hole keeps it a hole (not the top): malloc serves the heap's
+        # free chunks first, wherever they lie, so chunks are taken until one lies above
+        taken = [libc.malloc(hole_bytes)]
+        while taken[-1] and taken[-1] < hole:
+            taken.append(libc.malloc(hole_bytes))
+        live = taken.pop()
+        assert live, "malloc failed"
+        for chunk in taken:
+            libc.free(chunk)
         libc.free(hole)
         libc.free(touched(top_bytes))
     try:
