@@ -451,7 +451,6 @@ def test_a_temporary_past_2_gib_is_not_faulted_in_again_while_timing():
     malloc (no Python allocation between, so the block is the heap's top whatever earlier tests
     left in the heap; torch's aligned allocations can land elsewhere in a fragmented heap)."""
     import ctypes
-    import ctypes.util
 
     from kernelbench.measure import timing
 
@@ -460,9 +459,7 @@ def test_a_temporary_past_2_gib_is_not_faulted_in_again_while_timing():
     nbytes = (2 << 30) + (256 << 20)  # 2.25 GiB
     if (timing.available_bytes() or 0) < 3 * nbytes:
         pytest.skip("not enough memory for a 2.25 GiB temporary")
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    libc = timing._LIBC  # its malloc and free typed for pointers
 
     def temporary() -> None:
         block = libc.malloc(nbytes)
@@ -494,10 +491,9 @@ def test_giving_back_the_heaps_top_leaves_its_holes_resident():
 
     if timing._LIBC is None or timing._MALLINFO2 is None:
         pytest.skip("glibc 2.33+ only")
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc = timing._LIBC  # its malloc and free typed for pointers
+    mincore = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).mincore
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
     page = resource.getpagesize()
     hole_bytes, top_bytes = 64 << 20, 256 << 20
 
@@ -505,7 +501,7 @@ def test_giving_back_the_heaps_top_leaves_its_holes_resident():
         start = -(-address // page) * page + page  # past the chunk's header page
         length = (address + nbytes) // page * page - page - start
         vec = ctypes.create_string_buffer(length // page)
-        assert libc.mincore(start, length, vec) == 0, ctypes.get_errno()
+        assert mincore(start, length, vec) == 0, ctypes.get_errno()
         return sum(b & 1 for b in vec.raw)
 
     def touched(nbytes: int) -> int:
