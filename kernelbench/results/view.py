@@ -705,11 +705,10 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
     precision in each placement (:func:`placement_precision_line`); one when a placement the
     run's bandwidth was to be read again in never came (:func:`missed_placement_note`); one
-    when the cores read
-    slow before part of the calls (:func:`core_state_note`) and one when it waited for fast
-    cores (:func:`core_wait_note`); and one when the machine was busy while it ran
-    (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where
-    the caller has it (the placement line's precision needs one)."""
+    when the cores read slow before part of the calls (:func:`core_state_note`) and one when
+    it waited for fast cores (:func:`core_wait_note`); and one when the machine was busy
+    while it ran (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where the caller
+    has it (the placement line's precision needs one)."""
     cell = headline_cell(df)
     if cell is None:
         return ["No row was measured."]
