@@ -554,7 +554,22 @@ def _glibc():
         return None
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
-    return libc
+    return libc if malloc_is_libcs(libc) else None
+
+
+def malloc_is_libcs(libc) -> bool:
+    """Whether the process's ``malloc`` is ``libc``'s own, not an allocator preloaded over it
+    (jemalloc, tcmalloc, mimalloc through ``LD_PRELOAD``): with one, glibc's ``mallopt`` and
+    ``malloc_trim`` govern a heap no tensor lives in, and the memory handling here is off."""
+    try:
+        process = ctypes.CDLL(None)  # the global scope: a preloaded malloc comes first
+    except OSError:
+        return True
+    return _address(process.malloc) == _address(libc.malloc)
+
+
+def _address(function) -> int | None:
+    return ctypes.cast(function, ctypes.c_void_p).value
 
 
 _LIBC = _glibc()
@@ -594,7 +609,8 @@ def heap_live_bytes() -> int | None:
 
 
 def allocator_note() -> str:
-    """What env.json says about CPU memory while timing (empty where glibc is not in use)."""
+    """What env.json says about CPU memory while timing (empty where glibc's malloc is not the
+    process's: off glibc, or another allocator preloaded over it)."""
     return ALLOCATOR_NOTE if _LIBC is not None else ""
 
 
