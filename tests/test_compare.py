@@ -1106,3 +1106,41 @@ def test_the_one_round_rule_is_the_verdict_modules_so_the_html_ab_report_shares_
     assert paired(a, b, keys)["verdict"].iloc[0] == "slower"  # runs of one round each
     mixed = paired(pd.concat([a, several]), pd.concat([b, several]), keys)
     assert mixed.set_index("method").loc["fp32", "verdict"] == "unknown"
+
+
+def test_runs_with_different_setups_say_so_and_keep_their_verdicts(tmp_path: Path):
+    """A thread count, a library version or an environment variable that changes what is
+    measured (the allocator, OpenMP) is named in a note; the rows are judged as before."""
+    env = {"schema_version": 1, "torch": "2.13.0", "threads": 2, "libraries": {"torchao": "0.18.0"}}
+    base = write_run(tmp_path / "base", standard_rows(), {**env, "environment": {}})
+    new_env = {
+        **env,
+        "threads": 1,
+        "libraries": {"torchao": "0.19.0"},
+        "environment": {"LD_PRELOAD": "libjemalloc.so.2", "OMP_NUM_THREADS": "1"},
+    }
+    new = write_run(tmp_path / "new", standard_rows(), new_env)
+    cmp = compare_runs(base, new)
+    note = next(n for n in cmp.notes if n.startswith("base and new ran with different setups"))
+    for words in (
+        "threads 2 vs 1",
+        "torchao 0.18.0 vs 0.19.0",
+        "LD_PRELOAD unset vs 'libjemalloc.so.2'",
+        "OMP_NUM_THREADS unset vs '1'",
+    ):
+        assert words in note
+    assert "torch " not in note  # the same torch
+    assert cmp.exit_code == 0 and {r.verdict for r in cmp.rows} == {"same"}
+    assert note in render(cmp, "text")
+
+
+def test_same_setups_or_an_unrecorded_environment_add_no_note(tmp_path: Path):
+    env = {"schema_version": 1, "torch": "2.13.0", "threads": 2, "environment": {"OMP_X": "1"}}
+    base = write_run(tmp_path / "base", standard_rows(), env)
+    same = write_run(tmp_path / "same", standard_rows(), env)
+    older = write_run(  # a run from before env.json recorded its environment
+        tmp_path / "older", standard_rows(), {k: v for k, v in env.items() if k != "environment"}
+    )
+    for other in (same, older):
+        notes = compare_runs(base, other).notes
+        assert not any("different setups" in n for n in notes)

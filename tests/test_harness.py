@@ -343,7 +343,8 @@ def test_unknown_names_are_clear_errors():
         get_executor("slurm")
 
 
-def test_cli_run_show_and_resume(tmp_path):
+def test_cli_run_show_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # read by OpenMP at start: nothing changes
     runner = CliRunner()
     out = tmp_path / "run"
     args = [
@@ -376,6 +377,7 @@ def test_cli_run_show_and_resume(tmp_path):
     assert env["rounds"] == 1 and env["ci_target"] == 0.05
     assert env["extra_share"] == 0.2 and env["settings"]["extra_share"] == 0.2
     assert env["extra_round_budget_s"] == 0.0  # no extra rounds asked for
+    assert env["environment"]["OMP_WAIT_POLICY"] == "PASSIVE"
     n_rows = len(read_rows(out / "results.jsonl"))
     assert n_rows == 4
     again = runner.invoke(app, [*args, "--resume"])
@@ -452,3 +454,30 @@ def test_a_weight_drawn_in_blocks_is_the_one_draw_weight(monkeypatch, block_rows
     got = cases._normal_weight(n, k, blocks, torch.bfloat16)
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
     assert torch.equal(torch.randn(4, generator=blocks), torch.randn(4, generator=one))
+
+
+def test_env_json_records_the_variables_that_change_what_is_measured():
+    from kernelbench.run.env import measured_environment
+
+    environ = {
+        "OMP_NUM_THREADS": "2",
+        "LD_PRELOAD": "/usr/lib/libjemalloc.so.2",
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "CUDA_LAUNCH_BLOCKING": "1",
+        "KERNELBENCH_BACKEND_FILES": "mine.py",
+        "KERNELBENCH_GIT_COMMIT": "abc",  # recorded as git_commit
+        "HOME": "/root",
+        "PATH": "/usr/bin",
+        "API_TOKEN": "secret",
+    }
+    recorded = measured_environment(environ)
+    assert set(recorded) == {
+        "OMP_NUM_THREADS",
+        "LD_PRELOAD",
+        "GLIBC_TUNABLES",
+        "ONEDNN_MAX_CPU_ISA",
+        "CUDA_LAUNCH_BLOCKING",
+        "KERNELBENCH_BACKEND_FILES",
+    }
+    assert recorded["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"

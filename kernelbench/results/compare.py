@@ -426,6 +426,8 @@ def compare_loaded_runs(
         cmp.notes.append(placement)
     if cores := core_speeds_differ(b_run, n_run):
         cmp.notes.append(cores)
+    if setups := setups_differ(b_run.env, n_run.env):
+        cmp.notes.append(setups)
     if shift := common_shift_note(cmp.rows):
         cmp.notes.append(shift)
     if cmp.not_comparable:
@@ -539,6 +541,33 @@ def machines_differ(base_env: dict, new_env: dict) -> str:
         + "; ".join(why)
         + "; speed differences are not judged (make the baseline on this machine)"
     )
+
+
+def setups_differ(base_env: dict, new_env: dict) -> str:
+    """What the two runs ran with that differs and changes what is measured: torch's and the
+    peers' versions, the thread count, the environment variables env.json records (each only
+    where both runs record it); ``""``: nothing known to differ. Said, not judged: an upgrade
+    is often what a comparison is for."""
+    differ = []
+    for key in ("torch", "threads"):
+        base, new = base_env.get(key), new_env.get(key)
+        if base is not None and new is not None and base != new:
+            differ.append(f"{key} {base} vs {new}")
+    libraries = [env.get("libraries") or {} for env in (base_env, new_env)]
+    for name in sorted(libraries[0].keys() & libraries[1].keys()):
+        if libraries[0][name] != libraries[1][name]:
+            differ.append(f"{name} {libraries[0][name]} vs {libraries[1][name]}")
+    envs = [env.get("environment") for env in (base_env, new_env)]
+    if all(isinstance(e, dict) for e in envs):
+        for name in sorted(envs[0].keys() | envs[1].keys()):
+            base, new = envs[0].get(name), envs[1].get(name)
+            if base != new:
+                differ.append(f"{name} {_setting(base)} vs {_setting(new)}")
+    return "base and new ran with different setups: " + "; ".join(differ) if differ else ""
+
+
+def _setting(value: str | None) -> str:
+    return "unset" if value is None else repr(value)
 
 
 # --- rendering -------------------------------------------------------------------------------

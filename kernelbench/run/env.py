@@ -13,6 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -229,6 +230,27 @@ def _checkout_commit(here: Path) -> str | None:
     return commit if (Path(toplevel) / "kernelbench").resolve() == here else None
 
 
+#: Environment variables that change what a run measures: thread counts and placement
+#: (OpenMP), the instruction sets and kernels torch and its libraries pick, the allocator and
+#: its settings, CUDA's behaviour. env.json records those set (``environment``).
+MEASURED_ENV_PREFIXES = (
+    "OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH_", "PYTORCH_",
+    "CUDA_", "CUBLAS", "NVIDIA_TF32", "MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "KERNELBENCH_",
+)  # fmt: skip
+#: Recorded elsewhere in env.json (``git_commit``).
+UNMEASURED_ENV = frozenset({"KERNELBENCH_GIT_COMMIT"})
+
+
+def measured_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (the process's) that change what a run measures."""
+    environ = os.environ if environ is None else environ
+    return {
+        k: environ[k]
+        for k in sorted(environ)
+        if k.startswith(MEASURED_ENV_PREFIXES) and k not in UNMEASURED_ENV
+    }
+
+
 def library_versions() -> dict[str, str]:
     versions = {}
     for name in PEERS:
@@ -264,6 +286,7 @@ def collect(
         "device_class": device_class(device),
         "cpu": cpu_info(kernel_isa, huge_pages),
         "threads": torch.get_num_threads(),
+        "environment": measured_environment(),
         "cuda": cuda_info(device),
         "libraries": library_versions(),
         "peak": datasheet_peaks(device),
