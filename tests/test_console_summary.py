@@ -371,3 +371,23 @@ def test_headline_says_which_placement_the_bandwidth_was_not_read_again_in(tmp_p
     read = {"placements_ns": [58.8], "read": [58.8], "missed": [], "waited_s": 21.3}
     assert run(tmp_path / "read", read) == []
     assert run(tmp_path / "none", None) == []
+
+
+def test_headline_names_the_environment_that_changes_what_is_measured(tmp_path, row_factory):
+    """A run with an allocator preloaded or OpenMP set says so in its headline (console,
+    `show`, the report); one with none set, or from before env.json recorded it, says nothing."""
+    from kernelbench.results.schema import write_env
+
+    def run(path, environment):
+        _baseline_and_row(path, row_factory, {"link_ns": [60.0] * 4}, {"link_ns": [60.0] * 4})
+        if environment is not None:
+            write_env(path, {"environment": environment})
+        return [line for line in headline(load_view(path)) if line.startswith("Ran with")]
+
+    preloaded = {"OMP_NUM_THREADS": "2", "LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}
+    assert run(tmp_path / "set", preloaded) == [
+        "Ran with these set, which change what is measured: "
+        "LD_PRELOAD=/usr/lib/libjemalloc.so.2, OMP_NUM_THREADS=2."
+    ]
+    assert run(tmp_path / "unset", {}) == []
+    assert run(tmp_path / "older", None) == []

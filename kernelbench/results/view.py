@@ -85,11 +85,13 @@ def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
     """:func:`pooled_rows` as a DataFrame; ``attrs["ci_target"]`` is the run's interval
     target, ``attrs["load"]`` the load it ran under (env.json's, when recorded),
     ``attrs["core_wait_s"]`` how long it waited at most for fast cores before a call,
-    ``attrs["peak_reread"]`` the bandwidth read again by placement at its end (when it was)."""
+    ``attrs["peak_reread"]`` the bandwidth read again by placement at its end (when it was),
+    ``attrs["environment"]`` the variables set that change what is measured (when recorded)."""
     df = pd.DataFrame([dataclasses.asdict(r) for r in pooled_rows(rows, env)])
     df.attrs["ci_target"] = ci_target(env)
     df.attrs["load"] = env.get("load")
     df.attrs["peak_reread"] = env.get("peak_reread")
+    df.attrs["environment"] = env.get("environment")
     timer = env.get("timer")
     df.attrs["core_wait_s"] = timer.get("core_wait_s") if isinstance(timer, dict) else None
     return df
@@ -590,6 +592,15 @@ def busy_note(load: dict) -> str:
     )
 
 
+def environment_note(environment: dict | None) -> str:
+    """One line naming the environment variables the run had set that change what is
+    measured (env.json's ``environment``: threads, instruction sets, the allocator...)."""
+    if not isinstance(environment, dict) or not environment:
+        return ""
+    settings = ", ".join(f"{name}={value}" for name, value in sorted(environment.items()))
+    return f"Ran with these set, which change what is measured: {settings}."
+
+
 def missed_placement_note(reread: dict | None) -> str:
     """One line when the run read the bandwidth again where its rows above their roofline
     had run (env.json's ``peak_reread``) and the host did not run the threads in one of those
@@ -706,9 +717,10 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     precision in each placement (:func:`placement_precision_line`); one when a placement the
     run's bandwidth was to be read again in never came (:func:`missed_placement_note`); one
     when the cores read slow before part of the calls (:func:`core_state_note`) and one when
-    it waited for fast cores (:func:`core_wait_note`); and one when the machine was busy
-    while it ran (:func:`busy_note`). ``states``: ``df``'s :func:`state_view` where the caller
-    has it (the placement line's precision needs one)."""
+    it waited for fast cores (:func:`core_wait_note`); one with the environment variables
+    it ran with that change what is measured (:func:`environment_note`); and one when the
+    machine was busy while it ran (:func:`busy_note`). ``states``: ``df``'s
+    :func:`state_view` where the caller has it (the placement line's precision needs one)."""
     cell = headline_cell(df)
     if cell is None:
         return ["No row was measured."]
@@ -746,5 +758,7 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
         lines.append(cores)
     if waited := core_wait_note(df):
         lines.append(waited)
+    if environment := environment_note(df.attrs.get("environment")):
+        lines.append(environment)
     load = df.attrs.get("load")
     return [*lines, busy_note(load)] if isinstance(load, dict) and load.get("busy") else lines
