@@ -465,8 +465,7 @@ def test_env_json_records_the_variables_that_change_what_is_measured():
         "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "CUDA_LAUNCH_BLOCKING": "1",
-        "KERNELBENCH_BACKEND_FILES": "mine.py",
-        "KERNELBENCH_GIT_COMMIT": "abc",  # recorded as git_commit
+        "KERNELBENCH_CACHE": "/tmp/peaks",  # env.json records the peaks it read
         "HOME": "/root",
         "PATH": "/usr/bin",
         "API_TOKEN": "secret",
@@ -478,6 +477,5 @@ def test_env_json_records_the_variables_that_change_what_is_measured():
         "GLIBC_TUNABLES",
         "ONEDNN_MAX_CPU_ISA",
         "CUDA_LAUNCH_BLOCKING",
-        "KERNELBENCH_BACKEND_FILES",
     }
     assert recorded["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"

@@ -232,23 +232,18 @@ def _checkout_commit(here: Path) -> str | None:
 
 #: Environment variables that change what a run measures: thread counts and placement
 #: (OpenMP), the instruction sets and kernels torch and its libraries pick, the allocator and
-#: its settings, CUDA's behaviour. env.json records those set (``environment``).
+#: its settings, CUDA's behaviour. env.json records those set (``environment``); kernelbench's
+#: own (the peak cache, plugin files, the commit) show in what env.json records of them.
 MEASURED_ENV_PREFIXES = (
     "OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH_", "PYTORCH_",
-    "CUDA_", "CUBLAS", "NVIDIA_TF32", "MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "KERNELBENCH_",
+    "CUDA_", "CUBLAS", "NVIDIA_TF32", "MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD",
 )  # fmt: skip
-#: Recorded elsewhere in env.json (``git_commit``).
-UNMEASURED_ENV = frozenset({"KERNELBENCH_GIT_COMMIT"})
 
 
 def measured_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of ``environ`` (the process's) that change what a run measures."""
     environ = os.environ if environ is None else environ
-    return {
-        k: environ[k]
-        for k in sorted(environ)
-        if k.startswith(MEASURED_ENV_PREFIXES) and k not in UNMEASURED_ENV
-    }
+    return {k: environ[k] for k in sorted(environ) if k.startswith(MEASURED_ENV_PREFIXES)}
 
 
 def library_versions() -> dict[str, str]:
