@@ -502,14 +502,21 @@ def processor_key(env: dict) -> str | None:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
 
 
+def _recorded_differences(
+    base: dict, new: dict, keys: Iterable[str]
+) -> list[tuple[str, object, object]]:
+    """(key, base, new) for each of ``keys`` both dicts record (not ``None``) and that differs."""
+    return [
+        (k, base[k], new[k])
+        for k in keys
+        if base.get(k) is not None and new.get(k) is not None and base[k] != new[k]
+    ]
+
+
 def _identity_differences(base_env: dict, new_env: dict) -> list[tuple[str, str, str]]:
     """(key, base, new) for each processor identity field both runs record and that differs."""
     ids = [((env.get("cpu") or {}).get("identity") or {}) for env in (base_env, new_env)]
-    return [
-        (k, ids[0][k], ids[1][k])
-        for k in IDENTITY_KEYS
-        if k in ids[0] and k in ids[1] and ids[0][k] != ids[1][k]
-    ]
+    return _recorded_differences(*ids, IDENTITY_KEYS)
 
 
 def _range(peak: tuple[float, float, int]) -> str:
@@ -548,15 +555,14 @@ def setups_differ(base_env: dict, new_env: dict) -> str:
     peers' versions, the thread count, the environment variables env.json records (each only
     where both runs record it); ``""``: nothing known to differ. Said, not judged: an upgrade
     is often what a comparison is for."""
-    differ = []
-    for key in ("torch", "threads"):
-        base, new = base_env.get(key), new_env.get(key)
-        if base is not None and new is not None and base != new:
-            differ.append(f"{key} {base} vs {new}")
     libraries = [env.get("libraries") or {} for env in (base_env, new_env)]
-    for name in sorted(libraries[0].keys() & libraries[1].keys()):
-        if libraries[0][name] != libraries[1][name]:
-            differ.append(f"{name} {libraries[0][name]} vs {libraries[1][name]}")
+    differ = [
+        f"{name} {base} vs {new}"
+        for name, base, new in [
+            *_recorded_differences(base_env, new_env, ("torch", "threads")),
+            *_recorded_differences(*libraries, sorted(libraries[0])),
+        ]
+    ]
     envs = [env.get("environment") for env in (base_env, new_env)]
     if all(isinstance(e, dict) for e in envs):
         for name in sorted(envs[0].keys() | envs[1].keys()):
