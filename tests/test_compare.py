@@ -1042,8 +1042,9 @@ def test_a_shift_every_backend_shares_is_said_and_one_backends_is_not():
 
 
 def test_a_row_of_one_round_in_a_run_of_several_is_not_called_slower(tmp_path: Path):
-    """fp32 is timed in the first round only: its interval covers that round, so a change
-    beyond it is unknown, not slower, while the rows pooled from every round are judged."""
+    """fp32 with a long call is timed in the first round only: its interval covers that round,
+    so a change beyond it is unknown, not slower, while the rows pooled from every round are
+    judged."""
 
     def rounds(slow: float) -> list[ResultRow]:
         out = []

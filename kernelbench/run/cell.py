@@ -41,10 +41,10 @@ from kernelbench.results.schema import USAGE_FIELDS, ResultRow
 from kernelbench.run.cases import Case, layer_inputs, make_inputs
 from kernelbench.run.env import device_class
 from kernelbench.run.plan import (
-    FP32_ROUNDS,
     CallEstimator,
     RunOptions,
     WorkItem,
+    fp32_in_round,
     max_call_s,
     method_pairs,
     resolve_device,
@@ -141,7 +141,7 @@ def plan_cell(
     m = item.tokens
     flops = work_flops(m, k, n)
     pairs = method_pairs(opts)
-    if item.round >= FP32_ROUNDS:
+    if not fp32_in_round(item.round, estimator.estimate(FP32, flops, m)):
         pairs = [p for p in pairs if p != FP32]
     if item.only is not None:
         pairs = [p for p in pairs if p in item.only or p == BASELINE]
