@@ -18,35 +18,15 @@ from kernelbench.quant import Problem
 F64 = torch.float64
 
 
-#: Elements of the (n, k) right operand converted to float64 at a time: a 175B weight in one
-#: piece is a 4.8 GB float64 copy.
-F64_BLOCK_ELEMENTS = 1 << 24
-
-
-def _f64_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
-    """``a @ b_nk.T`` in float64, ``b_nk`` converted a block of rows at a time."""
-    a64 = a.to(F64)
-    out = torch.empty(a.shape[0], b_nk.shape[0], dtype=F64, device=a.device)
-    step = max(1, F64_BLOCK_ELEMENTS // max(b_nk.shape[1], 1))
-    for lo in range(0, b_nk.shape[0], step):
-        out[:, lo : lo + step] = a64 @ b_nk[lo : lo + step].to(F64).T
-    return out
-
-
 def exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    y = _f64_product(x, weight)
+    y = quant.float64_product(x, weight)
     return y + bias.to(F64) if bias is not None else y
 
 
 def int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
-    """Exact int8 x int8 product (int64), the reference for every int32 GEMM.
-
-    Computed as a float64 GEMM (BLAS-fast): every partial sum is an integer of magnitude at
-    most k * 128^2, exactly representable while k < 2^53 / 2^14 = 2^39."""
-    k = a.shape[1]
-    if k >= 2**39:
-        raise ValueError(f"k={k} too large for an exact float64 integer product")
-    return _f64_product(a, b_nk).to(torch.int64)
+    """Exact int8 x int8 product (int64), the reference for every int32 GEMM
+    (:func:`~kernelbench.quant.exact_int_product`)."""
+    return quant.exact_int_product(a, b_nk).to(torch.int64)
 
 
 def rel_frobenius(y: torch.Tensor, ref: torch.Tensor) -> float:

@@ -635,10 +635,44 @@ def fp8_scale(amax: torch.Tensor) -> torch.Tensor:
     return amax / FP8_E4M3_MAX
 
 
+#: Elements of the right operand converted to float64 at a time: a 175B weight whole is a
+#: 4.8 GB float64 copy.
+PRODUCT_BLOCK_ELEMENTS = 1 << 24
+
+
+def _max_code(t: torch.Tensor) -> int:
+    """The largest magnitude ``t`` holds (from the dtype where that bounds it)."""
+    if t.dtype == torch.int8:
+        return 128
+    if t.dtype == torch.uint8:
+        return 255
+    return int(t.abs().max()) if t.numel() else 0
+
+
+def float64_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """``a @ b_nk.T`` in float64, ``b_nk`` converted a block of rows at a time."""
+    (m, k), n = a.shape, b_nk.shape[0]
+    out = torch.zeros(m, n, dtype=torch.float64, device=a.device)
+    if not (m and n and k):
+        return out
+    a64 = a.to(torch.float64)
+    step = max(1, PRODUCT_BLOCK_ELEMENTS // k)
+    for lo in range(0, n, step):
+        out[:, lo : lo + step] = a64 @ b_nk[lo : lo + step].to(torch.float64).T
+    return out
+
+
 def exact_int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
-    """``a @ b_nk.T`` of integer codes, exact, as float64 (every partial sum of int8 codes is an
-    integer below 2^53 while k < 2^39)."""
-    return a.to(torch.float64) @ b_nk.to(torch.float64).T
+    """``a @ b_nk.T`` of integer codes, exact, as float64 (the reference of every int32 GEMM):
+    a float64 GEMM (BLAS-fast) is exact while every partial sum is an integer below 2^53 (int8
+    codes: k < 2^39)."""
+    k = a.shape[1]
+    if _max_code(a) * _max_code(b_nk) * k >= 2**53:
+        raise ValueError(
+            f"k={k} with codes up to {_max_code(a)} and {_max_code(b_nk)}: partial sums reach "
+            "2^53, too large for an exact float64 product"
+        )
+    return float64_product(a, b_nk)
 
 
 def _zeroed(t: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:

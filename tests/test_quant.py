@@ -331,3 +331,46 @@ def test_offline_quantization_in_blocks_matches_the_one_pass_schemes(per_row, mo
     want_q, want_amax = scheme(w)
     got_q, got_amax = quant.quantize_offline(w, per_row)
     assert torch.equal(got_q, want_q) and torch.equal(got_amax, want_amax)
+
+
+def _int64_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """The product in int64 arithmetic, a column of k at a time: slow, exact by construction."""
+    out = torch.zeros(a.shape[0], b_nk.shape[0], dtype=torch.int64)
+    for j in range(a.shape[1]):
+        out += a[:, j : j + 1].long() * b_nk[:, j].long()[None, :]
+    return out
+
+
+def test_exact_int_product_is_exact_where_one_float32_sum_is_not(monkeypatch):
+    """2999 products of 127 * 127 sum to an odd 48,370,871 > 2^24, which no float32 holds;
+    the exact product gives it, from blocks of rows of the right operand as from one."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.full((3, 2999), 127, dtype=torch.int8)
+    a[1] = -128
+    a[2] = torch.randint(-128, 128, (2999,), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (37, 2999), generator=gen, dtype=torch.int8)
+    b[0] = 127
+    want = _int64_product(a, b)
+    assert not torch.equal((a.float() @ b.float().T).long(), want)  # what float32 would give
+    got = quant.exact_int_product(a, b)
+    assert got.dtype == F64 and torch.equal(got.long(), want)
+    assert torch.equal(oracle.int_product(a, b), want)
+    monkeypatch.setattr(quant, "PRODUCT_BLOCK_ELEMENTS", 5 * 2999)  # 5 rows of b a block
+    assert torch.equal(oracle.int_product(a, b), want)
+
+
+def test_exact_int_product_of_wide_codes_and_empty_operands():
+    """Codes beyond int8 (the zero-point scheme's int64) and operands with a zero dimension
+    give the exact product; partial sums that could reach 2^53 are refused."""
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randint(-128, 128, (4, 700), generator=gen, dtype=torch.int8)
+    b = torch.randint(-128, 128, (23, 700), generator=gen, dtype=torch.int8)
+    wide_a, wide_b = a.long() * 1000, b.long() * 1000
+    assert torch.equal(
+        quant.exact_int_product(wide_a, wide_b).long(), _int64_product(wide_a, wide_b)
+    )
+    assert quant.exact_int_product(a[:, :0], b[:, :0]).shape == (4, 23)
+    assert not quant.exact_int_product(a[:, :0], b[:, :0]).any()
+    assert quant.exact_int_product(a[:0], b).shape == (0, 23)
+    with pytest.raises(ValueError, match="2\\^53"):
+        quant.exact_int_product(torch.full((1, 4), 2**26), torch.full((1, 4), 2**26))
