@@ -169,13 +169,13 @@ def max_call_s(pair: tuple[str, str], limit_s: float) -> float:
     return limit_s * (BASELINE_CALL_FACTOR if pair in (BASELINE, FP32) else 1.0)
 
 
-#: ``fp32`` is measured in every base round where its call (as this run measured it at the
-#: same token count) is shorter than this, and in round 0 only where longer: a reference point,
-#: not a contender, and at 175B shapes one call takes a 2-core CPU 13-17 s. Measured in one
-#: round, its interval covered that round's seconds only: two D.1 runs of one commit on a
-#: 2-core Zen 4 disagreed beyond their intervals on 5 of 8 fp32 cells (d = 768: 0.47x then
-#: 0.34x), two default sweeps on 20 of 40. A later round costs the row about four calls (its
-#: first call and three pairs): under 10 s a cell.
+#: ``fp32`` is measured in every base round where its call (estimated from this run's latest
+#: fp32 call at the same token count) is shorter than this, and in round 0 only where longer:
+#: a reference point, not a contender, and at 175B shapes one call takes a 2-core CPU 13-17 s.
+#: Measured in one round, its interval covered that round's seconds only: two D.1 runs of one
+#: commit on a 2-core Zen 4 disagreed beyond their intervals on 5 of 8 fp32 cells (d = 768:
+#: 0.47x then 0.34x), two default sweeps on 20 of 40. A later round costs the row about four
+#: calls (its first call and three pairs): under 10 s a cell.
 FP32_REPEAT_MAX_CALL_S = 2.5
 
 
