@@ -652,9 +652,9 @@ def _max_code(t: torch.Tensor) -> int:
 def float64_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     """``a @ b_nk.T`` in float64, ``b_nk`` converted a block of rows at a time."""
     (m, k), n = a.shape, b_nk.shape[0]
-    out = torch.zeros(m, n, dtype=torch.float64, device=a.device)
     if not (m and n and k):
-        return out
+        return torch.zeros(m, n, dtype=torch.float64, device=a.device)
+    out = torch.empty(m, n, dtype=torch.float64, device=a.device)
     a64 = a.to(torch.float64)
     step = max(1, PRODUCT_BLOCK_ELEMENTS // k)
     for lo in range(0, n, step):
@@ -666,11 +666,11 @@ def exact_int_product(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     """``a @ b_nk.T`` of integer codes, exact, as float64 (the reference of every int32 GEMM):
     a float64 GEMM (BLAS-fast) is exact while every partial sum is an integer below 2^53 (int8
     codes: k < 2^39)."""
-    k = a.shape[1]
-    if _max_code(a) * _max_code(b_nk) * k >= 2**53:
+    k, code_a, code_b = a.shape[1], _max_code(a), _max_code(b_nk)
+    if code_a * code_b * k >= 2**53:
         raise ValueError(
-            f"k={k} with codes up to {_max_code(a)} and {_max_code(b_nk)}: partial sums reach "
-            "2^53, too large for an exact float64 product"
+            f"k={k} with codes up to {code_a} and {code_b}: partial sums reach 2^53, too "
+            "large for an exact float64 product"
         )
     return float64_product(a, b_nk)
 
@@ -788,7 +788,7 @@ def variant_forward(
     elif method == "fp8_e4m3":
         xq, x_amax = quantize_fp8_rowwise(xs, cd)
         wq, w_amax = quantize_fp8_rowwise(ws, cd)
-        acc = xq.to(torch.float64) @ wq.to(torch.float64).T
+        acc = float64_product(xq, wq)
         y = acc.to(cd) * fp8_scale(x_amax.to(cd))[:, None] * fp8_scale(w_amax.to(cd))[None, :]
     else:
         raise ValueError(f"{method!r} is no accuracy variant of kernelbench.quant")
