@@ -380,9 +380,14 @@ def test_cli_run_show_and_resume(tmp_path, monkeypatch):
     assert env["environment"]["OMP_WAIT_POLICY"] == "PASSIVE"
     n_rows = len(read_rows(out / "results.jsonl"))
     assert n_rows == 4
+    from kernelbench.run.executors import LocalExecutor
+
+    learnt: list[int] = []
+    monkeypatch.setattr(LocalExecutor, "learn", lambda self, rows: learnt.append(len(rows)))
     again = runner.invoke(app, [*args, "--resume"])
     assert again.exit_code == 0, again.output
     assert len(read_rows(out / "results.jsonl")) == n_rows  # nothing measured twice
+    assert learnt == [n_rows]  # the estimates start from the rows written before
     shown = runner.invoke(app, ["show", str(out)])
     assert shown.exit_code == 0 and "llm_int8" in shown.output
     bad = runner.invoke(app, ["run", "--sizes", "999", "--out", str(tmp_path / "x")])

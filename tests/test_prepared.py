@@ -13,8 +13,10 @@ import torch
 from kernelbench.backends import all_backends
 from kernelbench.core import work_flops
 from kernelbench.measure.engine import MeasurementEngine, TimerSettings
+from kernelbench.results.schema import ResultsWriter, read_rows
 from kernelbench.run.cases import CellInputs, load_case
 from kernelbench.run.cell import measure_cell
+from kernelbench.run.executors import get_executor
 from kernelbench.run.plan import (
     FP32_REPEAT_MAX_CALL_S,
     CallEstimator,
@@ -302,6 +304,35 @@ def test_fp32_is_measured_again_in_later_rounds_only_where_its_call_is_short():
     assert fp32 not in r2 and ("custom", "int8_raw") in r2
     # not measured at this token count yet: round 0 only
     assert not fp32_in_round(1, None) and fp32_in_round(0, None)
+
+
+def test_a_resumed_run_estimates_calls_from_the_rows_written_before(tmp_path):
+    """A run resumed after its round 0 measures fp32 in round 1 as the uninterrupted run
+    would: its estimates start from the written rows, not from nothing."""
+    case = load_case("gpt3")
+    opts = tiny_opts(("fp16", "fp32"), 2)
+    first, later = plan(case, opts)
+    writer = ResultsWriter(tmp_path)
+    for _, row in get_executor("local").run([first], case, opts, set()):
+        writer.append(row)
+    done, written = writer.done_keys(), read_rows(writer.path)
+
+    def round_1_pairs(learn: bool) -> set[tuple[str, str]]:
+        executor = get_executor("local")
+        if learn:
+            executor.learn(written)
+        rows = [row for _, row in executor.run([first, later], case, opts, done)]
+        assert all(r.round == 1 for r in rows)  # round 0 is done
+        return {(r.backend, r.method) for r in rows if r.status == "ok"}
+
+    assert ("torch", "fp32") in round_1_pairs(learn=True)
+    assert round_1_pairs(learn=False) == {("torch", "fp16")}  # nothing to estimate from
+    estimator = CallEstimator()
+    estimator.record_rows([*written, dict(written[0], status="failed", median_ms=None)])
+    flops = work_flops(later.tokens, *case.shape(later.layer, later.size.d_model))
+    fp32_row = next(r for r in written if r["method"] == "fp32")
+    seconds, d_model = estimator.estimate(("torch", "fp32"), flops, later.tokens)
+    assert seconds == pytest.approx(fp32_row["median_ms"] / 1e3) and d_model == 768
 
 
 def test_a_kept_cell_lets_other_layers_and_cells_go_when_its_timing_lacks_room(monkeypatch):

@@ -423,6 +423,10 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
         f"on {escape(machine)}, {prep.env['threads']} threads -> {escape(str(req.out))}"
     )
     cost = CostModel(req.profile.budget_s, lambda pair: max_call_s(pair, req.profile.max_call_s))
+    if done:  # resumed: the call-time estimates start from the calls measured before
+        earlier = res.read_run_rows(writer.path).rows
+        prep.runner.learn(earlier)
+        cost.calls.record_rows(earlier)
     count = [0]
     # other processes' CPU is read as all of it less ours: Ray's workers would count as others
     watch = LoadWatch() if req.executor == "local" else None

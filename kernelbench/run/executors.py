@@ -29,6 +29,10 @@ class Executor(Protocol):
         """Yield (item, row) as rows are measured; rows whose key is in ``done`` are skipped."""
         ...
 
+    def learn(self, rows: list[dict]) -> None:
+        """Call times from rows measured before (a resumed run's), for the estimates."""
+        ...
+
 
 class LocalExecutor:
     """Cells in order, in this process; rows streamed back as measured. The call-time
@@ -41,6 +45,9 @@ class LocalExecutor:
     def __init__(self, **_: object) -> None:
         self.estimator = CallEstimator()
         self.prepared: PreparedCells | None = None
+
+    def learn(self, rows: list[dict]) -> None:
+        self.estimator.record_rows(rows)
 
     def run(self, items, case, opts, done):
         activations = load_user_activations(opts)

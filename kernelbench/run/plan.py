@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from kernelbench.backends import all_backends
-from kernelbench.core import ALL_METHODS, BASELINE, FP32, METHODS
+from kernelbench.core import ALL_METHODS, BASELINE, FP32, METHODS, work_flops
 from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import QuantConfig
 from kernelbench.run.cases import Case, Size, load_activation_file
@@ -155,6 +155,16 @@ class CallEstimator:
     ) -> None:
         if seconds > 0:
             self.ops_per_s[(key, tokens)] = (ops / seconds, d_model)
+
+    def record_rows(self, rows: Iterable[dict]) -> None:
+        """Learn from rows measured before, in the order written (a resumed run's): a resumed
+        run then skips, warms up and measures ``fp32`` in later rounds as the run it continues
+        would have, instead of as if nothing had been measured."""
+        for r in rows:
+            if r.get("status") == "ok" and r.get("median_ms"):
+                ops = work_flops(r["m"], r["k"], r["n"])
+                pair = (r["backend"], r["method"])
+                self.record(pair, ops, r["median_ms"] / 1e3, r["d_model"], r["tokens"])
 
     def estimate(self, key: tuple[str, str], ops: float, tokens: int) -> tuple[float, int] | None:
         if (key, tokens) not in self.ops_per_s:

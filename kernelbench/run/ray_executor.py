@@ -165,6 +165,10 @@ class RayExecutor:
         self.max_retries = max(0, int(max_retries))
         self._started_local = False
         self.cancelled: list = []  # refs cancelled by the last interrupted run (for tests)
+        self.estimator = CallEstimator()  # fed from finished cells, shipped with later ones
+
+    def learn(self, rows: list[dict]) -> None:
+        self.estimator.record_rows(rows)
 
     def connect(self) -> None:
         self._started_local = connect(self.address) or self._started_local
@@ -190,7 +194,7 @@ class RayExecutor:
         act_ref = ray.put(activations) if activations is not None else None
         done_ref = ray.put(set(done))
         seen: set[tuple] = set(done)
-        estimator = CallEstimator()  # fed from finished cells, shipped with later ones
+        estimator = self.estimator
         queue = list(items)
         pending: dict = {}  # ObjectRef -> WorkItem
         self.cancelled = []
