@@ -216,6 +216,60 @@ def test_a_run_beside_a_busy_machine_says_so_and_records_it(tmp_path, monkeypatc
     assert "The machine was busy" in " ".join(shown.output.split())
 
 
+def test_a_busy_run_resumed_on_a_quiet_machine_stays_busy(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelbench.cli import app
+
+    monkeypatch.setattr(load, "read_load", _readings([(10.0, 2.0)] * 10_000))
+    out = tmp_path / "run"
+    _tiny_run(out)
+    first = json.loads((out / "env.json").read_text())["load"]
+    monkeypatch.setattr(load, "read_load", _readings([(10.0, 0.0)] * 10_000))
+    _tiny_run(out, "--resume")
+    recorded = json.loads((out / "env.json").read_text())["load"]
+    assert recorded["busy"] and recorded["processes"] == 2
+    assert recorded["seconds"] > first["seconds"]
+    assert 0 < recorded["other_cores"] < first["other_cores"]  # weighted by each part's time
+    shown = CliRunner().invoke(app, ["show", str(out)])
+    assert "The machine was busy" in " ".join(shown.output.split())
+
+
+def test_combined_load_weights_each_part_by_its_time():
+    quiet = dict(
+        seconds=300.0,
+        other_cores=0.0,
+        steal_cores=0.0,
+        loadavg_1m=0.1,
+        busy=False,
+        why="",
+        busy_share=0.0,
+    )
+    busy = dict(
+        seconds=100.0,
+        other_cores=1.0,
+        steal_cores=0.2,
+        loadavg_1m=2.0,
+        busy=True,
+        why="other processes used 1.00 cores",
+        busy_share=1.0,
+    )
+    got = load.combined_load(busy, quiet)
+    assert got["seconds"] == 400.0 and got["other_cores"] == pytest.approx(0.25)
+    assert got["steal_cores"] == pytest.approx(0.05) and got["loadavg_1m"] == 0.1
+    assert got["busy"] and got["why"] == busy["why"] and got["busy_share"] == pytest.approx(0.25)
+    assert load.combined_load(None, quiet) == quiet  # a run's first process
+    calm = load.combined_load(quiet, quiet)
+    assert not calm["busy"] and calm["processes"] == 2
+    # neither part busy alone, their busy intervals together over BUSY_TIME_SHARE: busy
+    part = dict(quiet, busy_share=0.08)
+    mixed = load.combined_load(part, dict(quiet, busy_share=0.14))
+    assert mixed["busy"] and "busy for 11% of the run" in mixed["why"]
+    assert load.combined_load(part, dict(quiet, other_cores=None))["other_cores"] is None
+
+
 def _entry(value: float, chip: str | None = "AuthenticAMD-26-2-1", unit: str = "tops") -> dict:
     return {unit: value, "source": "measured", "note": f"best call {value}", "processor": chip}
 
@@ -356,15 +410,16 @@ def _low_then(fresh_tops: float, tmp_path, monkeypatch) -> list:
     return calls
 
 
-def _tiny_run(out) -> str:
-    """A one-cell, one-round run into ``out``; its output on one line."""
+def _tiny_run(out, *more: str) -> str:
+    """A one-cell, one-round run into ``out`` (``more``: further flags); its output on one
+    line."""
     from typer.testing import CliRunner
 
     from kernelbench.cli import app
 
     args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch,custom"]
     args += ["--methods", "fp16,llm_int8", "--out", str(out), "--budget", "0.02"]
-    args += ["--rounds", "1", "--extra-rounds", "0", "--no-report"]
+    args += ["--rounds", "1", "--extra-rounds", "0", "--no-report", *more]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return " ".join(result.output.split())

@@ -269,6 +269,8 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
     env[res.SETTINGS_KEY] = settings
     if old_env.get("started_at"):
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
+    if "load" in old_env:  # the earlier processes' load: this one's is added when it ends
+        env["load"] = old_env["load"]
     # every command that wrote rows here: the first run, then each --resume
     earlier = old_env.get("commands") or ([old_env["command"]] if old_env.get("command") else [])
     env["commands"] = [*earlier, env["command"]]
@@ -490,9 +492,11 @@ def _record_after(out: Path, load: dict | None, extra_budget_s: float | None) ->
     it ran under (said when busy), and the seconds each of its extra rounds could take."""
     if load is None and extra_budget_s is None:
         return
+    from kernelbench.run.load import combined_load
+
     env = res.load_env(out)
     if load is not None:
-        env["load"] = load
+        env["load"] = combined_load(env.get("load"), load)
     if extra_budget_s is not None:
         env["extra_round_budget_s"] = round(extra_budget_s, 1)
     res.write_env(out, env)

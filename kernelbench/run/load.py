@@ -151,5 +151,41 @@ class LoadWatch:
         return {**whole.as_dict(), "busy": busy, "why": why, "busy_share": share}
 
 
+def combined_load(earlier: dict | None, later: dict) -> dict:
+    """The ``load`` of a run whose rows several processes measured (``--resume``): each part's
+    figures weighted by its seconds, the latest load average, and busy where a part was busy
+    or the busy intervals together pass :data:`BUSY_TIME_SHARE` (a run busy before it was
+    resumed stays busy)."""
+    if not isinstance(earlier, dict) or not earlier.get("seconds"):
+        return later
+    parts = (earlier, later)
+    seconds = [float(p.get("seconds") or 0.0) for p in parts]
+    total = sum(seconds)
+    if total <= 0:
+        return later
+
+    def weighted(key: str) -> float | None:
+        values = [p.get(key) for p in parts]
+        if any(v is None for v in values):
+            return None
+        return sum(v * s for v, s in zip(values, seconds, strict=True)) / total
+
+    share = weighted("busy_share") or 0.0
+    whys = [p.get("why") or "busy" for p in parts if p.get("busy")]
+    busy = bool(whys) or share > BUSY_TIME_SHARE
+    if busy and not whys:
+        whys = [f"busy for {share:.0%} of the run"]
+    return {
+        "seconds": total,
+        "other_cores": weighted("other_cores"),
+        "steal_cores": weighted("steal_cores"),
+        "loadavg_1m": later.get("loadavg_1m"),
+        "busy": busy,
+        "why": "; ".join(dict.fromkeys(whys)),
+        "busy_share": share,
+        "processes": int(earlier.get("processes") or 1) + int(later.get("processes") or 1),
+    }
+
+
 def _weight(load: Load) -> float:
     return (load.other_cores or 0.0) + (load.steal_cores or 0.0)
