@@ -238,24 +238,9 @@ def test_a_busy_run_resumed_on_a_quiet_machine_stays_busy(tmp_path, monkeypatch)
 
 
 def test_combined_load_weights_each_part_by_its_time():
-    quiet = dict(
-        seconds=300.0,
-        other_cores=0.0,
-        steal_cores=0.0,
-        loadavg_1m=0.1,
-        busy=False,
-        why="",
-        busy_share=0.0,
-    )
-    busy = dict(
-        seconds=100.0,
-        other_cores=1.0,
-        steal_cores=0.2,
-        loadavg_1m=2.0,
-        busy=True,
-        why="other processes used 1.00 cores",
-        busy_share=1.0,
-    )
+    quiet = load.Load(300.0, 0.0, 0.0, 0.1, False, "").as_dict() | {"busy_share": 0.0}
+    why = "other processes used 1.00 cores"
+    busy = load.Load(100.0, 1.0, 0.2, 2.0, True, why).as_dict() | {"busy_share": 1.0}
     got = load.combined_load(busy, quiet)
     assert got["seconds"] == 400.0 and got["other_cores"] == pytest.approx(0.25)
     assert got["steal_cores"] == pytest.approx(0.05) and got["loadavg_1m"] == 0.1
