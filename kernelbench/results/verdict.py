@@ -28,10 +28,11 @@ every placement: ``same``; slower in one and the same in the other: ``slower``),
 call kept in its detail. On the Zen 5 VM two consecutive D.1 runs that met one complex for 53%
 and 68% of their calls differed by 10-36% on 15 rows pooled, and on none in either placement.
 
-One round. A row pooled from one round while its run has rows of several (``fp32``, timed in
-the first round only) has an interval that covers that round's seconds, not the drift between
-rounds: slower or faster beyond its band, it is ``unknown`` (:func:`one_round_verdict`). Runs of
-one round each (``--quick``) are judged as measured; the gate pools several.
+One round. A row pooled from one round while its run has rows of several (``fp32`` where its
+call is long, timed in the first round only) has an interval that covers that round's seconds,
+not the drift between rounds: slower or faster beyond its band, it is ``unknown``
+(:func:`one_round_verdict`). Runs of one round each (``--quick``) are judged as measured; the
+gate pools several.
 
 Between runs. A run's rounds are minutes apart; the host drifts over longer times too, so two
 runs of one commit differ by more than their intervals allow (on a 2-vCPU Xeon VM, 15.8% of
@@ -292,7 +293,8 @@ def most_rounds(rows: Iterable[dict]) -> int:
 
 def one_round_of_several(row: dict, most: int) -> bool:
     """Whether ``row`` was pooled from one round while its run has rows of ``most`` rounds
-    (``fp32``, timed in the first round only): its interval covers that round's seconds only."""
+    (``fp32`` where its call is long: timed in the first round only): its interval covers that
+    round's seconds only."""
     return _rounds(row) == 1 < most
 
 
@@ -301,11 +303,11 @@ def one_round_verdict(
 ) -> SpeedCall:
     """``call``, made ``unknown`` when it is slower or faster and either row was pooled from one
     round while its run has rows of several (``base_rounds``, ``new_rounds``: the most rounds
-    of any row of each run; fp32 is timed in the first round only): that row's interval covers
-    one round's seconds, not the drift between rounds that the others include. Two D.1 runs
-    of one commit on a 2-vCPU Xeon VM read torch ``fp32`` at 2.7B 0.2015x and 0.1619x, one
-    round each, "slower" beyond a +-10% band. Runs of one round each (``--quick``) keep
-    their verdicts."""
+    of any row of each run; fp32 where its call is long is timed in the first round only): that
+    row's interval covers one round's seconds, not the drift between rounds that the others
+    include. Two D.1 runs of one commit on a 2-vCPU Xeon VM read torch ``fp32`` at 2.7B
+    0.2015x and 0.1619x, one round each, "slower" beyond a +-10% band. Runs of one round each
+    (``--quick``) keep their verdicts."""
     if call.verdict not in ("slower", "faster"):
         return call
     sides = ((base, base_rounds), (new, new_rounds))
@@ -313,8 +315,8 @@ def one_round_verdict(
         return call
     why = (
         f"{call.verdict} beyond its band, but measured in one round of a run of several (fp32 "
-        "is timed in the first round only): its interval covers that round's seconds, not the "
-        "drift between rounds or runs"
+        "is timed in the first round only where its call is long): its interval covers that "
+        "round's seconds, not the drift between rounds or runs"
     )
     return replace(call, verdict="unknown", detail=f"{call.detail}; {why}" if call.detail else why)
 
