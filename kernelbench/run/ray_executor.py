@@ -36,7 +36,6 @@ except ImportError as _exc:  # get_executor turns this into a CLI error
 
 import torch
 
-from kernelbench.core import work_flops
 from kernelbench.results.schema import ResultRow
 from kernelbench.run import env as envmod
 from kernelbench.run.cases import Case
@@ -217,14 +216,7 @@ class RayExecutor:
                         if key in seen:
                             continue
                         seen.add(key)
-                        if row.status == "ok" and row.median_ms:
-                            estimator.record(
-                                (row.backend, row.method),
-                                work_flops(row.m, row.k, row.n),
-                                row.median_ms / 1e3,
-                                row.d_model,
-                                row.tokens,
-                            )
+                        estimator.record_rows([vars(row)])  # a dataclass: its fields
                         yield item, row
         finally:
             # ^C, an error, or the consumer closing the generator: stop what is still out there.
