@@ -465,16 +465,21 @@ def test_an_extra_round_starts_only_the_cells_whose_last_time_fits_its_budget():
     cells = plan(load_case("gpt3"), RunOptions(sizes=(768, 1024, 2048), tokens=(1,), rounds=1))
     took = {768: 4.0, 1024: 25.0, 2048: 3.0}
     for item in pacer.paced(cells):  # a full round: no budget, every cell
+        pacer.note_row(item, timed=True)
         now[0] += took[item.size.d_model]
     assert sorted(pacer.seconds.values()) == [3.0, 4.0, 25.0]
     started = []
     for item in pacer.paced(cells, budget_s=10.0):
         started.append(item.size.d_model)
+        pacer.note_row(item, timed=True)
         now[0] += 1.0  # each takes a second now
     assert started == [768, 2048]  # 4 s fits; 25 s does not; 3 s still fits after 4
     assert pacer.seconds[(768, "ffn1", 1)] == 1.0  # the latest time stands for the next
     fresh = CellPacer(clock=lambda: now[0])
     assert len(list(fresh.paced(cells, budget_s=0.0))) == 3
+    for _ in pacer.paced(cells):  # every row written before (resumed): no row comes back
+        now[0] += 0.5
+    assert pacer.seconds[(1024, "ffn1", 1)] == 25.0  # the last time a cell was timed stands
 
 
 def test_an_extra_round_estimates_a_cell_by_the_rows_it_measures_again():
@@ -523,6 +528,92 @@ def test_a_paced_sweep_chooses_its_extra_cells_by_their_measured_times(tmp_path,
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert budgets == [None]
+
+
+def test_a_pacer_recalls_the_cells_another_process_timed():
+    """A resumed run's pacer takes each cell's last time and rows from the earlier process's
+    memory (through JSON, as env.json keeps it), so its extra round is cut as the earlier
+    process's would have been; entries that are not a cell's time are passed over."""
+    import json
+
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import CellPacer, RunOptions, plan
+
+    now = [0.0]
+    first = CellPacer(clock=lambda: now[0])
+    cells = plan(load_case("gpt3"), RunOptions(sizes=(768, 1024, 2048), tokens=(1,), rounds=1))
+    took = {768: 4.0, 1024: 25.0, 2048: 3.0}
+    for item in first.paced(cells):
+        first.note_row(item, timed=True)
+        now[0] += took[item.size.d_model]
+    kept = json.loads(json.dumps(first.memory()))
+    assert [c["seconds"] for c in kept] == [4.0, 25.0, 3.0] and {c["rows"] for c in kept} == {1}
+    bad = [{"d_model": 4096}, {**kept[0], "seconds": "nan"}, {**kept[0], "rows": -1}, "x", None]
+    resumed = CellPacer(clock=lambda: now[0])
+    assert resumed.recall([*bad, *kept]) == 3
+    assert resumed.seconds == first.seconds and resumed.rows == first.rows
+    assert [i.size.d_model for i in resumed.paced(cells, budget_s=10.0)] == [768, 2048]
+    assert CellPacer().recall({"not": "a list"}) == 0
+    # a cell the pacer timed itself keeps its own time
+    own = CellPacer(clock=lambda: now[0])
+    for item in own.paced(cells[:1]):
+        own.note_row(item, timed=True)
+        now[0] += 1.0
+    own.recall(kept)
+    assert own.seconds[(768, "ffn1", 1)] == 1.0 and own.seconds[(1024, "ffn1", 1)] == 25.0
+
+
+def test_a_resumed_run_spends_its_extra_rounds_as_the_run_it_continues(tmp_path, monkeypatch):
+    """A run interrupted after its planned rounds and resumed: the extra rounds' budget is a
+    share of the planned rounds' time over both processes (not the resuming one's, which had
+    nothing planned left), and the pacer knows the cells the first process timed."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import kernelbench.run.plan as plan_module
+    from kernelbench.cli import app
+
+    planned, known = [], []
+    real_budget, real_followup, real_paced = (
+        plan_module.extra_round_budget,
+        plan_module.followup_items,
+        plan_module.CellPacer.paced,
+    )
+
+    def budget(planned_s, opts):
+        planned.append(planned_s)
+        return real_budget(planned_s, opts)
+
+    def paced(self, items, budget_s=None):
+        if budget_s is not None:
+            known.append(dict(self.seconds))
+        return real_paced(self, items, budget_s)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan_module, "extra_round_budget", budget)
+    monkeypatch.setattr(plan_module.CellPacer, "paced", paced)
+    monkeypatch.setattr(plan_module, "followup_items", interrupted)
+    out = tmp_path / "run"
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
+    args += ["fp16,int8_raw", "--out", str(out), "--budget", "0.01", "--rounds", "1"]
+    args += ["--extra-rounds", "1", "--ci-target", "0.0001", "--no-report"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 130, first.output
+    env = json.loads((out / "env.json").read_text())
+    before = env["planned_rounds_s"]
+    assert before > 0 and before == pytest.approx(planned[0], abs=0.1)
+    (cell,) = env["cell_seconds"]
+    assert (cell["d_model"], cell["layer"], cell["tokens"], cell["rows"]) == (768, "ffn1", 8, 2)
+    monkeypatch.setattr(plan_module, "followup_items", real_followup)
+    again = CliRunner().invoke(app, [*args, "--resume"])
+    assert again.exit_code == 0, again.output
+    assert len(planned) == 2 and planned[1] >= before  # the first process's planned time counts
+    assert known and known[0].get((768, "ffn1", 8)) == pytest.approx(cell["seconds"], abs=0.01)
+    env = json.loads((out / "env.json").read_text())
+    assert env["planned_rounds_s"] == pytest.approx(planned[1], abs=0.1)
 
 
 def test_extra_rounds_of_a_longer_sweep_get_a_share_of_its_time():

@@ -37,6 +37,10 @@ from kernelbench.run import profiles
 from kernelbench.settings import default
 
 EXIT_INTERRUPTED = 130
+#: env.json: the seconds the run's planned rounds took, over every process that ran them.
+PLANNED_KEY = "planned_rounds_s"
+#: env.json: each cell's last measured time (the pacer's memory), for a resumed run.
+CELLS_KEY = "cell_seconds"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,8 +273,11 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
     env[res.SETTINGS_KEY] = settings
     if old_env.get("started_at"):
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
-    if "load" in old_env:  # the earlier processes' load: this one's is added when it ends
-        env["load"] = old_env["load"]
+    # what the earlier processes learnt (their load, their planned rounds' seconds, their cells'
+    # times): this one's is added when it ends
+    for learnt in ("load", PLANNED_KEY, CELLS_KEY):
+        if learnt in old_env:
+            env[learnt] = old_env[learnt]
     # every command that wrote rows here: the first run, then each --resume
     earlier = old_env.get("commands") or ([old_env["command"]] if old_env.get("command") else [])
     env["commands"] = [*earlier, env["command"]]
@@ -437,14 +444,19 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     # cells one at a time, timed: an extra round starts only the cells that fit its budget
     # (Ray's executor takes every item at once: no pacing)
     pacer = CellPacer() if req.executor == "local" else None
-    extra_budget_s = None
+    if pacer is not None:  # resumed: the cells an earlier process timed are not free
+        pacer.recall(prep.env.get(CELLS_KEY))
+    # resumed: the planned rounds' seconds the earlier processes spent
+    planned_before_s = _seconds(prep.env.get(PLANNED_KEY))
+    extra_budget_s = planned_s = None
+    started = time.monotonic()
     try:
         with sweep_progress(console) as progress:
             task = progress.add_task("starting", total=None, rows=0)
-            started = time.monotonic()
             _measure(prep, prep.items, writer, done, cost, progress, task, count, watch, pacer)
+            planned_s = time.monotonic() - started
             # a longer sweep gets longer extra rounds: a share of what its rounds took
-            extra_budget_s = extra_round_budget(time.monotonic() - started, prep.opts)
+            extra_budget_s = extra_round_budget(planned_before_s + planned_s, prep.opts)
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
                 # paced, the round's cells are chosen by their measured times as they start;
@@ -484,21 +496,46 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
     except ValueError as exc:  # an executor that cannot start (no GPU on the cluster...)
         raise fail(str(exc)) from None
     finally:
-        _record_after(req.out, watch.summary() if watch is not None else None, extra_budget_s)
+        if planned_s is None:  # interrupted in the planned rounds
+            planned_s = time.monotonic() - started
+        _record_after(
+            req.out,
+            watch.summary() if watch is not None else None,
+            extra_budget_s,
+            planned_before_s + planned_s,
+            pacer.memory() if pacer is not None else None,
+        )
 
 
-def _record_after(out: Path, load: dict | None, extra_budget_s: float | None) -> None:
+def _seconds(value) -> float:
+    """A number of seconds read from a run's env.json (0 where it is none)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if 0 <= seconds < float("inf") else 0.0
+
+
+def _record_after(
+    out: Path,
+    load: dict | None,
+    extra_budget_s: float | None,
+    planned_s: float,
+    cells: list[dict] | None,
+) -> None:
     """What the run learnt while it ran, into its env.json (also when interrupted): the load
-    it ran under (said when busy), and the seconds each of its extra rounds could take."""
-    if load is None and extra_budget_s is None:
-        return
+    it ran under (said when busy), the seconds its planned rounds took (the earlier processes'
+    included) and each of its extra rounds could take, and its cells' last times."""
     from kernelbench.run.load import combined_load
 
     env = res.load_env(out)
     if load is not None:
         env["load"] = combined_load(env.get("load"), load)
+    env[PLANNED_KEY] = round(planned_s, 1)
     if extra_budget_s is not None:
         env["extra_round_budget_s"] = round(extra_budget_s, 1)
+    if cells is not None:
+        env[CELLS_KEY] = cells
     res.write_env(out, env)
     if load and load.get("busy"):
         console.print(f"[yellow]{escape(busy_note(load))}[/yellow]")

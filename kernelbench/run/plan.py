@@ -309,6 +309,10 @@ def _ms(value) -> float:
     return float(value) if value is not None and value == value else 0.0
 
 
+#: What names a cell in :meth:`CellPacer.memory`.
+CELL_FIELDS = ("d_model", "layer", "tokens")
+
+
 class CellPacer:
     """The wall time each cell took when it was last measured, and an extra round's cells
     started only while they fit its budget: a cell's last time stands for its next, scaled by
@@ -325,7 +329,8 @@ class CellPacer:
         self.seconds: dict[tuple[int, str, int], float] = {}
         #: the timed rows of each cell's last measurement, its baseline's included (0: none)
         self.rows: dict[tuple[int, str, int], int] = {}
-        self._counting: dict[tuple[int, str, int], int] = {}
+        #: the cells handed out: rows timed, rows returned
+        self._counting: dict[tuple[int, str, int], list[int]] = {}
 
     @staticmethod
     def _key(item: WorkItem) -> tuple[int, str, int]:
@@ -334,8 +339,9 @@ class CellPacer:
     def note_row(self, item: WorkItem, timed: bool) -> None:
         """A row of ``item`` came back; ``timed``: it was measured (not skipped or failed)."""
         key = self._key(item)
-        if timed and key in self._counting:
-            self._counting[key] += 1
+        if key in self._counting:
+            self._counting[key][0] += timed
+            self._counting[key][1] += 1
 
     def estimate(self, item: WorkItem) -> float:
         """The seconds ``item`` should take: its cell's last time (0: never measured), scaled
@@ -349,14 +355,43 @@ class CellPacer:
 
     def paced(self, items: Iterable[WorkItem], budget_s: float | None = None) -> Iterator[WorkItem]:
         """``items`` in order; with ``budget_s``, those whose estimate still fits in what is
-        left of it (a cell never measured counts as free), the others skipped."""
+        left of it (a cell never measured counts as free), the others skipped. A cell that
+        returned no row (all of them written before a ``--resume``) keeps its last time."""
         start = self.clock()
         for item in items:
             key = self._key(item)
             began = self.clock()
             if budget_s is not None and began - start + self.estimate(item) > budget_s:
                 continue
-            self._counting[key] = 0
+            self._counting[key] = [0, 0]
             yield item
-            self.seconds[key] = self.clock() - began
-            self.rows[key] = self._counting.pop(key)
+            timed, returned = self._counting.pop(key)
+            if returned:
+                self.seconds[key], self.rows[key] = self.clock() - began, timed
+
+    def memory(self) -> list[dict]:
+        """Each cell's last time and rows, as plain data (kept in the run's env.json, so that a
+        resumed run paces its extra rounds by the cells an earlier process timed)."""
+        cells = []
+        for key, seconds in sorted(self.seconds.items()):
+            cell = dict(zip(CELL_FIELDS, key, strict=True))
+            cells.append({**cell, "seconds": round(seconds, 2), "rows": self.rows.get(key, 0)})
+        return cells
+
+    def recall(self, memory: object) -> int:
+        """Take the cells' times from :meth:`memory`'s data (read from a file: an entry that is
+        not a cell's non-negative time is passed over); returns the cells taken. A cell this
+        pacer timed itself keeps its own time."""
+        taken = 0
+        for entry in memory if isinstance(memory, list) else []:
+            try:
+                d_model, layer, tokens = (entry[f] for f in CELL_FIELDS)
+                key = (int(d_model), str(layer), int(tokens))
+                seconds, rows = float(entry["seconds"]), int(entry["rows"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not (0 <= seconds < float("inf") and rows >= 0) or key in self.seconds:
+                continue
+            self.seconds[key], self.rows[key] = seconds, rows
+            taken += 1
+        return taken
