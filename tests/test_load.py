@@ -430,6 +430,20 @@ def test_rows_above_a_stale_cached_peak_make_the_run_measure_it_again(tmp_path, 
     assert not calls and "faster than the cached peaks allow" not in again
 
 
+def test_a_run_chooses_fp32s_rounds_by_the_cached_fp32_peak(tmp_path, monkeypatch):
+    """The run hands its cells the machine's cached fp32 peak: fp32's later rounds are chosen
+    by a call's time at it (kernelbench.run.plan.fp32_in_round)."""
+    import kernelbench.run.cell as cell
+    from kernelbench.core import work_flops
+
+    _low_then(1e6, tmp_path, monkeypatch)
+    peak.cached_peak(torch.device("cpu"), remeasure=True)  # the cache now holds 1e6 TOPS
+    seen, real = [], cell.fp32_in_round
+    monkeypatch.setattr(cell, "fp32_in_round", lambda *a: seen.append(a[2]) or real(*a))
+    _tiny_run(tmp_path / "run")
+    assert seen == [pytest.approx(work_flops(8, 768, 3072) / 1e18)]
+
+
 def test_rows_still_above_a_peak_measured_again_stay_flagged(tmp_path, monkeypatch):
     from kernelbench.results.view import load_view
 

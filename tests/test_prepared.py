@@ -306,6 +306,40 @@ def test_fp32_is_measured_again_in_later_rounds_only_where_its_call_is_short():
     assert not fp32_in_round(1, None) and fp32_in_round(0, None)
 
 
+def test_fp32s_later_rounds_follow_the_machines_peak_where_one_is_known():
+    """With the machine's fp32 peak known, the call's time at that peak decides whether fp32 is
+    measured in a later round, whatever this run's estimate: two runs of one machine choose
+    alike where a call near the limit went either way by the estimate."""
+    from kernelbench.cli.sweep import _with_fp32_peak
+    from kernelbench.run.cell import plan_cell
+
+    case = load_case("gpt3")
+    opts = tiny_opts(("fp16", "fp32", "int8_raw"), 2)
+    _, later = plan(case, opts)
+    fp32 = ("torch", "fp32")
+    flops = work_flops(later.tokens, *case.shape(later.layer, later.size.d_model))
+    estimates = {}
+    for name, factor in (("over", 1.01), ("under", 0.99)):
+        estimates[name] = CallEstimator()
+        seconds = FP32_REPEAT_MAX_CALL_S * factor
+        estimates[name].record(fp32, flops, seconds, later.size.d_model, later.tokens)
+
+    def measured(estimate: str, at_peak_s: float | None) -> bool:
+        tops = flops / at_peak_s / 1e12 if at_peak_s else None
+        cell = plan_cell(later, case, replace(opts, fp32_peak_tops=tops), estimates[estimate])
+        return fp32 in {(r.backend, r.method) for r in cell.rows}
+
+    short, long = 0.9 * FP32_REPEAT_MAX_CALL_S, 1.1 * FP32_REPEAT_MAX_CALL_S
+    assert measured("over", short) and measured("under", short)
+    assert not measured("over", long) and not measured("under", long)
+    assert measured("under", None) and not measured("over", None)  # no peak: the estimate
+    assert fp32_in_round(0, None, long)
+    # the run takes the fp32 peak from env.json's peaks, where it has a figure
+    assert _with_fp32_peak(opts, {"fp32": {"tops": 0.195}}).fp32_peak_tops == 0.195
+    for peaks in (None, {}, {"fp32": {}}, {"fp32": {"tops": 0}}, {"fp32": {"tops": "x"}}):
+        assert _with_fp32_peak(opts, peaks).fp32_peak_tops is None
+
+
 def test_a_resumed_run_estimates_calls_from_the_rows_written_before(tmp_path):
     """A run resumed after its round 0 measures fp32 in round 1 as the uninterrupted run
     would: its estimates start from the written rows, not from nothing."""

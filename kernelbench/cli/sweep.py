@@ -297,6 +297,19 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
             console.print(f"[yellow]{escape(str(exc))}; no rooflines in this run[/yellow]")
     prep.env.update(env)
     res.write_env(req.out, env)
+    prep.opts = _with_fp32_peak(prep.opts, env.get("peak"))
+
+
+def _with_fp32_peak(opts, peaks):
+    """``opts`` with the fp32 peak of ``peaks`` (env.json's ``peak``), where it has one: fp32's
+    later rounds are then chosen alike in every run of the machine."""
+    from dataclasses import replace
+
+    fp32 = peaks.get("fp32") if isinstance(peaks, dict) else None
+    tops = fp32.get("tops") if isinstance(fp32, dict) else None
+    if not isinstance(tops, int | float) or not 0 < tops < float("inf"):
+        return opts
+    return replace(opts, fp32_peak_tops=float(tops))
 
 
 def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):

@@ -141,7 +141,8 @@ def plan_cell(
     m = item.tokens
     flops = work_flops(m, k, n)
     pairs = method_pairs(opts)
-    if not fp32_in_round(item.round, estimator.estimate(FP32, flops, m)):
+    at_peak_s = flops / (opts.fp32_peak_tops * 1e12) if opts.fp32_peak_tops else None
+    if not fp32_in_round(item.round, estimator.estimate(FP32, flops, m), at_peak_s):
         pairs = [p for p in pairs if p != FP32]
     if item.only is not None:
         pairs = [p for p in pairs if p in item.only or p == BASELINE]
