@@ -230,13 +230,15 @@ def run_sweep(req: RunRequest, no_report: bool) -> None:
         console.print(f"an earlier run in {escape(str(req.out))} was moved to {escape(str(moved))}")
     writer = res.ResultsWriter(req.out)
     done: set = set()
+    earlier: list[dict] = []
     if req.resume:
         note = writer.repair_tail()
         if note:
             console.print(escape(note))
-        done = writer.done_keys()
+        earlier = writer.written_rows()
+        done = writer.done_keys(earlier)
     _write_env(req, prep, settings, old_env)
-    _sweep(req, prep, writer, done)
+    _sweep(req, prep, writer, done, earlier)
     filled = res.complete_speedups(req.out)
     if filled:
         console.print(f"{filled} row(s) got their speedup from their cell's earlier baseline row")
@@ -429,9 +431,10 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join(["kernelbench", *args])
 
 
-def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
+def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[dict]) -> None:
     """Measure and write every row (then the extra rounds the run's uncertain rows get), with
-    progress; ^C ends with a one-line summary and exit 130."""
+    progress; ^C ends with a one-line summary and exit 130. ``earlier``: the rows a resumed
+    run found written."""
     from kernelbench.cli.progress import CostModel, sweep_progress
     from kernelbench.run.cell import link_probe
     from kernelbench.run.load import LoadWatch
@@ -445,8 +448,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set) -> None:
         f"on {escape(machine)}, {prep.env['threads']} threads -> {escape(str(req.out))}"
     )
     cost = CostModel(req.profile.budget_s, lambda pair: max_call_s(pair, req.profile.max_call_s))
-    if done:  # resumed: the call-time estimates start from the calls measured before
-        earlier = res.read_run_rows(writer.path).rows
+    if earlier:  # resumed: the call-time estimates start from the calls measured before
         prep.runner.learn(earlier)
         cost.calls.record_rows(earlier)
     count = [0]

@@ -390,15 +390,19 @@ class ResultsWriter:
         self.path = Path(out_dir) / RESULTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def done_keys(self) -> set[tuple]:
-        """``(key, round)`` of the rows already measured (for ``--resume``): every row except
-        those :func:`_retry_on_resume` measures again."""
+    def written_rows(self) -> list[dict]:
+        """The rows already in the file (``[]`` when there is none yet)."""
         if not self.path.exists():
-            return set()
+            return []
         try:
-            rows = read_run_rows(self.path).rows
+            return read_run_rows(self.path).rows
         except SchemaError:  # an empty file: nothing done yet
-            return set()
+            return []
+
+    def done_keys(self, rows: list[dict] | None = None) -> set[tuple]:
+        """``(key, round)`` of the rows already measured (for ``--resume``): every row except
+        those :func:`_retry_on_resume` measures again; ``rows``: the file's, read already."""
+        rows = self.written_rows() if rows is None else rows
         return {
             (tuple(r[c] for c in KEY_COLUMNS), r.get("round") or 0)
             for r in rows
