@@ -207,6 +207,22 @@ def round_medians_halfwidth(
     return t_quantile_975(dof) * math.sqrt(variance / effective)
 
 
+def rounds_to_narrow(halfwidth: float, rounds: int, target: float, most: int) -> int | None:
+    """The fewest further rounds (1 to ``most``) after which a t interval of ``rounds`` round
+    medians, ``halfwidth`` wide now, is within ``target``, if the rounds scatter as they did:
+    the quantile falls and the count grows (from 3 rounds one more narrows it 1.56x, from 6
+    1.13x). ``None`` when ``most`` do not reach it, or with fewer than two rounds (no t
+    interval yet to project)."""
+    if rounds < 2 or not math.isfinite(halfwidth) or halfwidth < 0:
+        return None
+    now = t_quantile_975(rounds - 1) / math.sqrt(rounds)
+    for more in range(1, most + 1):
+        n = rounds + more
+        if halfwidth * t_quantile_975(n - 1) / math.sqrt(n) / now <= target:
+            return more
+    return None
+
+
 def rel_halfwidth(value: float | None, lo: float | None, hi: float | None) -> float:
     """Half the interval's width relative to the value (``inf`` without an interval)."""
     if value is None or lo is None or hi is None or value <= 0:

@@ -30,6 +30,7 @@ from kernelbench.statistics import (
     round_slices,
     round_weights,
     rounds_median_interval,
+    rounds_to_narrow,
     stats,
     t_quantile_975,
     weighted_quantile,
@@ -191,6 +192,23 @@ def test_t_quantiles():
     assert t_quantile_975(10_000) == pytest.approx(1.960, abs=1e-3)
     with pytest.raises(ValueError, match="degrees of freedom"):
         t_quantile_975(0)
+
+
+def test_rounds_to_narrow_projects_the_t_interval_of_more_rounds():
+    # the same scatter over n rounds: t(n-1) / sqrt(n) of it
+    def width(n: int) -> float:
+        return t_quantile_975(n - 1) / np.sqrt(n)
+
+    assert width(3) / width(4) == pytest.approx(1.56, abs=0.01)
+    assert width(6) / width(7) == pytest.approx(1.135, abs=0.01)
+    # a 3-round row at +-7.5% reaches +-5% in one more round; a 6-round row at +-6% needs two
+    assert rounds_to_narrow(0.075, 3, 0.05, most=3) == 1
+    assert rounds_to_narrow(0.06, 6, 0.05, most=3) == 2
+    assert rounds_to_narrow(0.06, 6, 0.05, most=1) is None
+    assert rounds_to_narrow(0.10, 6, 0.05, most=3) is None  # twice the target: 11 more rounds
+    assert rounds_to_narrow(0.10, 6, 0.05, most=12) == 11
+    assert rounds_to_narrow(0.07, 1, 0.05, most=3) is None  # no t interval of rounds yet
+    assert rounds_to_narrow(float("inf"), 3, 0.05, most=3) is None
 
 
 def test_round_medians_halfwidth_is_the_t_interval_of_their_logs():

@@ -367,6 +367,38 @@ def test_extra_rounds_serve_rows_within_reach_of_the_target_first():
     assert len(followup_items(rows, env, items, 1)) == 2
 
 
+def test_within_reach_projects_a_rows_rounds_not_its_width_alone():
+    """A cheap row of six rounds at about +-9% (one more round narrows it 1.13x: out of reach)
+    and a dear one of three rounds at about +-6% (1.56x: within reach in one round), a budget
+    for one cell: the dear row gets the round. By the width alone (within twice the target)
+    the cheap one came first."""
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import RunOptions, plan
+
+    env = {"ci_target": 0.05, "rounds": 3, "extra_rounds": 3}
+    rows = []
+    for r, ratio in enumerate([1.89, 2.12] * 3):  # 2048 tokens, 10 ms pairs
+        rows += [baseline(round_=r), row("int8_raw", [ratio] * 5, round_=r)]
+    for r, ratio in enumerate([1.95, 2.0, 2.05]):  # 256 tokens, 100 ms pairs
+        dear = dict(tokens=256, base_ms=100.0, round_=r)
+        rows += [
+            baseline(round_=r) | {"tokens": 256, "raw_ms": [100.0] * 3, "median_ms": 100.0},
+            row("int8_raw", [ratio] * 5, **dear),
+        ]
+    pooled = {r.tokens: r for r in pooled_rows(rows, env) if r.method == "int8_raw"}
+    assert pooled[M].rounds == 6 and pooled[256].rounds == 3
+    widths = {t: (p.speedup_hi - p.speedup_lo) / 2 / p.speedup for t, p in pooled.items()}
+    assert 0.08 < widths[M] <= 0.10 and 0.05 < widths[256] < 0.075
+    items = plan(load_case("gpt3"), RunOptions(sizes=(768,), tokens=(256, M), rounds=3))
+    (only,) = followup_items(rows, env, items, 3, budget_s=0.16)
+    assert only.tokens == 256 and only.round == 3
+    # the last extra round: one more round must do it, and it still does for the dear row
+    (last,) = followup_items(rows, env | {"extra_rounds": 1}, items, 3, budget_s=0.16)
+    assert last.tokens == 256
+    # with room for both, the cheap row gets its round too
+    assert sorted(i.tokens for i in followup_items(rows, env, items, 3, budget_s=1.0)) == [256, M]
+
+
 def test_an_ordering_contradiction_gets_the_extra_round_before_cheaper_wide_rows():
     """A one-round run's intervals miss the spread between rounds, so a contradiction of the
     work order is measured again first, even where a cheaper cell holds a row within reach."""

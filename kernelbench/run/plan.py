@@ -19,7 +19,7 @@ from kernelbench.measure.engine import TimerSettings
 from kernelbench.quant import QuantConfig
 from kernelbench.run.cases import Case, Size, load_activation_file
 from kernelbench.settings import default, recorded
-from kernelbench.statistics import rel_halfwidth
+from kernelbench.statistics import rel_halfwidth, rounds_to_narrow
 
 #: The baselines may take this many times ``max_call_s`` per call: every speedup in a cell
 #: needs them, and on CPUs without native bf16 the 16-bit baseline is the slowest row.
@@ -214,11 +214,22 @@ def load_user_activations(opts: RunOptions) -> torch.Tensor | None:
     return load_activation_file(opts.activations) if opts.activations else None
 
 
-#: A row whose pooled interval is wider than this many times the run's ``ci_target`` seldom
-#: narrows to it in an extra round. Three decode sweeps on a 2-core VM (768-4096 x tokens 1, 8,
-#: 32; 3 rounds + 2 extra): of the rows that got extra rounds, 26 of 107 within twice the target
-#: reached it, 4 of 120 beyond twice did (their intervals narrowed by about 15%).
+#: A row of one round (no t interval of rounds to project) whose interval is wider than this
+#: many times the run's ``ci_target`` seldom narrows to it in an extra round. Three decode
+#: sweeps on a 2-core VM (768-4096 x tokens 1, 8, 32; 3 rounds + 2 extra): of the rows that got
+#: extra rounds, 26 of 107 within twice the target reached it, 4 of 120 beyond twice did.
 WITHIN_REACH = 2.0
+
+
+def within_reach(halfwidth: float, rounds: int, target: float, rounds_left: int) -> bool:
+    """Whether a wide row can narrow to ``target`` in the extra rounds left: its t interval of
+    rounds projected (:func:`~kernelbench.statistics.rounds_to_narrow`), the rounds scattering
+    as they did; a one-round row by :data:`WITHIN_REACH`. A fixed factor judged a row by its
+    width alone: a 6-round row at twice the target (one more round narrows it 1.13x) came
+    before a 3-round row just beyond (1.56x)."""
+    if rounds >= 2:
+        return rounds_to_narrow(halfwidth, rounds, target, max(rounds_left, 1)) is not None
+    return halfwidth <= WITHIN_REACH * target
 
 
 def followup_items(
@@ -240,8 +251,8 @@ def followup_items(
     ``link_now_ns`` (the threads' link read now) a row wide only in the other state comes
     last, as a round now adds pairs to the state the host is in. With ``budget_s``, the rows
     in an ordering contradiction come first (a physics flag the reader sees; a one-round run's
-    intervals miss the spread between rounds), then those within reach of the target (at most
-    :data:`WITHIN_REACH` times it), then the others, each tier's cheapest cells first, and the
+    intervals miss the spread between rounds), then those within reach of the target in the extra
+    rounds left (:func:`within_reach`), then the others, each tier's cheapest cells first, and the
     round stops where their estimated cost would exceed it: more pairs go where they can
     settle a row. A row is estimated as the engine times it: for its budget per round
     (``row_budget_s``, an uncertain row seldom meets its interval target sooner), and at
@@ -251,6 +262,8 @@ def followup_items(
     from kernelbench.results.view import flagged, marked, pooled_view, state_view
 
     target = float(recorded(env, "ci_target"))
+    # this round included
+    rounds_left = int(recorded(env, "rounds")) + int(recorded(env, "extra_rounds")) - next_round
     layers = {i.layer for i in items}
     df = pooled_view(rows, env)
     if df.empty:
@@ -283,8 +296,8 @@ def followup_items(
         else:
             width = rel_halfwidth(row["speedup"], row["speedup_lo"], row["speedup_hi"])
             elsewhere = False
-        within_reach = width <= WITHIN_REACH * target
-        tier = 3 if elsewhere else 0 if in_order else 1 if within_reach else 2
+        reach = within_reach(width, _rounds(row.get("rounds")), target, rounds_left)
+        tier = 3 if elsewhere else 0 if in_order else 1 if reach else 2
         cell = (row["d_model"], row["layer"], row["tokens"])
         tiers[tier].setdefault(cell, set()).add((row["backend"], row["method"]))
         pair_ms = _ms(row["median_ms"]) + _ms(row["baseline_ms"])
@@ -316,6 +329,11 @@ def extra_round_budget(planned_s: float, opts: RunOptions) -> float:
         return 0.0
     share = opts.extra_share * max(planned_s, 0.0) / opts.extra_rounds
     return max(opts.extra_round_budget_s, share)
+
+
+def _rounds(value) -> int:
+    """A pooled row's number of rounds (1 where the view has none)."""
+    return int(value) if value is not None and value == value else 1
 
 
 def _ms(value) -> float:
