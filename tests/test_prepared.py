@@ -334,10 +334,25 @@ def test_fp32s_later_rounds_follow_the_machines_peak_where_one_is_known():
     assert not measured("over", long) and not measured("under", long)
     assert measured("under", None) and not measured("over", None)  # no peak: the estimate
     assert fp32_in_round(0, None, long)
+
     # the run takes the fp32 peak from env.json's peaks, where it has a figure
-    assert _with_fp32_peak(opts, {"fp32": {"tops": 0.195}}).fp32_peak_tops == 0.195
-    for peaks in (None, {}, {"fp32": {}}, {"fp32": {"tops": 0}}, {"fp32": {"tops": "x"}}):
-        assert _with_fp32_peak(opts, peaks).fp32_peak_tops is None
+    def env(fp32: object) -> dict:
+        return {"device_class": "cpu-test", "peak": fp32 if fp32 is None else {"fp32": fp32}}
+
+    measured = {"tops": 0.195, "source": "measured"}
+    assert _with_fp32_peak(opts, env(measured)).fp32_peak_tops == 0.195
+    for fp32 in (
+        None,
+        {},
+        {"tops": 0},
+        {"tops": "x"},
+        {"tops": float("inf"), "source": "measured"},
+    ):
+        assert _with_fp32_peak(opts, env(fp32)).fp32_peak_tops is None
+    # a peak the rooflines would not use (no source, another class) chooses nothing either
+    assert _with_fp32_peak(opts, env({"tops": 0.195})).fp32_peak_tops is None
+    other = measured | {"device_class": "cpu-other"}
+    assert _with_fp32_peak(opts, env(other)).fp32_peak_tops is None
 
 
 def test_a_resumed_run_estimates_calls_from_the_rows_written_before(tmp_path):

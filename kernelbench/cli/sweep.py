@@ -31,7 +31,7 @@ from kernelbench.cli.common import (
 from kernelbench.report.console import print_tables
 from kernelbench.results import schema as res
 from kernelbench.results.compare import processor_key
-from kernelbench.results.physics import ABOVE_ROOFLINE
+from kernelbench.results.physics import ABOVE_ROOFLINE, peaks
 from kernelbench.results.view import busy_note, flagged, load_view, marked
 from kernelbench.run import profiles
 from kernelbench.settings import default
@@ -299,19 +299,19 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
             console.print(f"[yellow]{escape(str(exc))}; no rooflines in this run[/yellow]")
     prep.env.update(env)
     res.write_env(req.out, env)
-    prep.opts = _with_fp32_peak(prep.opts, env.get("peak"))
+    prep.opts = _with_fp32_peak(prep.opts, prep.env)
 
 
-def _with_fp32_peak(opts, peaks):
-    """``opts`` with the fp32 peak of ``peaks`` (env.json's ``peak``), where it has one: fp32's
-    later rounds are then chosen alike in every run of the machine."""
+def _with_fp32_peak(opts, env: dict):
+    """``opts`` with the fp32 peak of ``env`` (as the rooflines read it: :func:`peaks`), where
+    it has one: fp32's later rounds are then chosen alike in every run of the machine."""
+    import math
     from dataclasses import replace
 
-    fp32 = peaks.get("fp32") if isinstance(peaks, dict) else None
-    tops = fp32.get("tops") if isinstance(fp32, dict) else None
-    if not isinstance(tops, int | float) or not 0 < tops < float("inf"):
+    tops = peaks(env, env.get("device_class")).get("fp32", {}).get("tops")
+    if tops is None or not math.isfinite(tops):
         return opts
-    return replace(opts, fp32_peak_tops=float(tops))
+    return replace(opts, fp32_peak_tops=tops)
 
 
 def _remeasure_exceeded_peak(req: RunRequest, prep: _Prepared):

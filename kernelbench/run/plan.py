@@ -296,11 +296,11 @@ def followup_items(
         else:
             width = rel_halfwidth(row["speedup"], row["speedup_lo"], row["speedup_hi"])
             elsewhere = False
-        reach = within_reach(width, _rounds(row.get("rounds")), target, rounds_left)
+        reach = within_reach(width, int(_number(row.get("rounds"), 1)), target, rounds_left)
         tier = 3 if elsewhere else 0 if in_order else 1 if reach else 2
         cell = (row["d_model"], row["layer"], row["tokens"])
         tiers[tier].setdefault(cell, set()).add((row["backend"], row["method"]))
-        pair_ms = _ms(row["median_ms"]) + _ms(row["baseline_ms"])
+        pair_ms = _number(row["median_ms"], 0.0) + _number(row["baseline_ms"], 0.0)
         costs[tier][cell] = costs[tier].get(cell, 0.0) + max(row_budget_s, pair_ms / 1e3)
     cells = {(i.size.d_model, i.layer, i.tokens): i for i in items}
     chosen: dict[tuple, set[tuple[str, str]]] = {}
@@ -331,14 +331,9 @@ def extra_round_budget(planned_s: float, opts: RunOptions) -> float:
     return max(opts.extra_round_budget_s, share)
 
 
-def _rounds(value) -> int:
-    """A pooled row's number of rounds (1 where the view has none)."""
-    return int(value) if value is not None and value == value else 1
-
-
-def _ms(value) -> float:
-    """A pooled row's time in ms, 0 where it has none (NaN in the view)."""
-    return float(value) if value is not None and value == value else 0.0
+def _number(value, missing: float) -> float:
+    """A pooled row's figure, ``missing`` where it has none (NaN in the view)."""
+    return float(value) if value is not None and value == value else missing
 
 
 #: What names a cell in :meth:`CellPacer.memory`.
