@@ -538,6 +538,56 @@ def test_an_extra_round_estimates_a_cell_by_the_rows_it_measures_again():
     assert list(pacer.paced([extra], budget_s=5.0)) == [extra]
 
 
+def test_extra_rounds_carry_what_they_leave_to_the_next():
+    """Each extra round may take its share and what the earlier ones left (less what they
+    overspent); together they never take more than their shares."""
+    from kernelbench.run.plan import round_allowance
+
+    assert round_allowance(50.0, 0, 0.0) == 50.0
+    assert round_allowance(50.0, 1, 30.0) == 70.0  # the first left 20 s
+    assert round_allowance(50.0, 1, 60.0) == 40.0  # the first overspent 10 s
+    assert round_allowance(50.0, 2, 30.0 + 65.0) == pytest.approx(55.0)
+    assert round_allowance(50.0, 0, 80.0) == 0.0  # resumed after more than a round's share
+
+
+def test_a_cell_passed_over_for_the_budget_goes_first_in_its_tier_next_round():
+    """A dear cell that did not fit a round's share waits; in a later round whose allowance
+    covers it, it goes before the cheaper cells of its tier (which every round served first,
+    so that it never got one), and a waiting cell that does not fit leaves the others theirs."""
+    from kernelbench.run.cases import load_case
+    from kernelbench.run.plan import CellPacer, RunOptions, plan
+
+    env = {"ci_target": 0.05}
+    near = [2.0 + 0.1 * ((i % 5) - 2) for i in range(15)]  # just wide: within reach
+    rows = [baseline(), row("int8_raw", near)]  # 2048 tokens, pairs of 10 + 5 ms
+    rows += [
+        baseline() | {"tokens": 256, "raw_ms": [100.0] * 3, "median_ms": 100.0},
+        row("int8_raw", near, base_ms=100.0, tokens=256),  # pairs of 100 + 50 ms
+    ]
+    items = plan(load_case("gpt3"), RunOptions(sizes=(768,), tokens=(256, M), rounds=1))
+    dear = (768, "ffn1", 256)
+
+    def tokens(**kw) -> list[int]:
+        return [i.tokens for i in followup_items(rows, env, items, 1, **kw)]
+
+    assert tokens() == [M, 256]  # cheapest first
+    assert tokens(waiting={dear}) == [256, M]
+    assert tokens(budget_s=0.16) == [M]  # room for one: the cheap one
+    assert tokens(budget_s=0.16, waiting={dear}) == [256]
+    assert tokens(budget_s=0.2, waiting={dear}) == [256, M]
+    assert tokens(budget_s=0.1, waiting={dear}) == [M]  # it does not fit: the cheap one does
+    # the pacer: a cell it passes over waits until it hands it out
+    now = [0.0]
+    pacer = CellPacer(clock=lambda: now[0])
+    for item in pacer.paced(items):
+        pacer.note_row(item, timed=True)
+        now[0] += 60.0 if item.tokens == 256 else 5.0
+    assert list(pacer.paced(items, budget_s=50.0)) == [items[1]] and pacer.waiting == {dear}
+    for _ in pacer.paced(items, budget_s=70.0):
+        now[0] += 1.0
+    assert pacer.waiting == set()
+
+
 def test_a_paced_sweep_chooses_its_extra_cells_by_their_measured_times(tmp_path, monkeypatch):
     """The local executor's extra rounds are cut by the pacer (measured cell times), not by the
     estimate from the calls that an unpaced executor uses."""
@@ -646,6 +696,41 @@ def test_a_resumed_run_spends_its_extra_rounds_as_the_run_it_continues(tmp_path,
     assert known and known[0].get((768, "ffn1", 8)) == pytest.approx(cell["seconds"], abs=0.01)
     env = json.loads((out / "env.json").read_text())
     assert env["planned_rounds_s"] == pytest.approx(planned[1], abs=0.1)
+
+
+def test_a_run_counts_its_extra_rounds_seconds_over_every_process(tmp_path, monkeypatch):
+    """Each extra round's allowance counts what the earlier extra rounds took, the earlier
+    processes' too (env.json's ``extra_rounds_s``): a resumed run re-walks its extra rounds
+    with their rows written, and without it would hand their shares out again."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import kernelbench.run.plan as plan_module
+    from kernelbench.cli import app
+
+    spent = []
+    real = plan_module.round_allowance
+
+    def recording(per_round_s, extra, spent_s):
+        spent.append((extra, spent_s))
+        return real(per_round_s, extra, spent_s)
+
+    monkeypatch.setattr(plan_module, "round_allowance", recording)
+    out = tmp_path / "run"
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
+    args += ["fp16,int8_raw", "--out", str(out), "--budget", "0.01", "--rounds", "1"]
+    args += ["--extra-rounds", "2", "--ci-target", "0.0001", "--no-report"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [e for e, _ in spent] == [0, 1]
+    assert spent[0][1] == 0.0 and spent[1][1] > 0.0
+    took = json.loads((out / "env.json").read_text())["extra_rounds_s"]
+    assert took >= round(spent[1][1], 1) > 0
+    spent.clear()
+    again = CliRunner().invoke(app, [*args, "--resume"])
+    assert again.exit_code == 0, again.output
+    assert spent and spent[0] == (0, pytest.approx(took))
 
 
 def test_extra_rounds_of_a_longer_sweep_get_a_share_of_its_time():

@@ -41,6 +41,8 @@ EXIT_INTERRUPTED = 130
 PLANNED_KEY = "planned_rounds_s"
 #: env.json: each cell's last measured time (the pacer's memory), for a resumed run.
 CELLS_KEY = "cell_seconds"
+#: env.json: the seconds the run's extra rounds took, over every process that ran them.
+EXTRA_KEY = "extra_rounds_s"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,7 +279,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
     # what the earlier processes learnt (their load, their planned rounds' seconds, their cells'
     # times): this one's is added when it ends
-    for learnt in ("load", PLANNED_KEY, CELLS_KEY):
+    for learnt in ("load", PLANNED_KEY, CELLS_KEY, EXTRA_KEY):
         if learnt in old_env:
             env[learnt] = old_env[learnt]
     # every command that wrote rows here: the first run, then each --resume
@@ -438,7 +440,13 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
     from kernelbench.cli.progress import CostModel, sweep_progress
     from kernelbench.run.cell import link_probe
     from kernelbench.run.load import LoadWatch
-    from kernelbench.run.plan import CellPacer, extra_round_budget, followup_items, max_call_s
+    from kernelbench.run.plan import (
+        CellPacer,
+        extra_round_budget,
+        followup_items,
+        max_call_s,
+        round_allowance,
+    )
 
     # one class name covers processors 2x apart: name this one (vendor-family-model-stepping)
     processor = processor_key(prep.env)
@@ -461,8 +469,9 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
     pacer = CellPacer() if req.executor == "local" else None
     if pacer is not None:  # resumed: the cells an earlier process timed are not free
         pacer.recall(prep.env.get(CELLS_KEY))
-    # resumed: the planned rounds' seconds the earlier processes spent
+    # resumed: the planned and extra rounds' seconds the earlier processes spent
     planned_before_s = _seconds(prep.env.get(PLANNED_KEY))
+    extra_spent_s = [_seconds(prep.env.get(EXTRA_KEY))]
     extra_budget_s = planned_s = None
     started = time.monotonic()
     try:
@@ -474,32 +483,40 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
             extra_budget_s = extra_round_budget(planned_before_s + planned_s, prep.opts)
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
-                # paced, the round's cells are chosen by their measured times as they start;
-                # unpaced (Ray), by an estimate from their calls
+                # each round's share and what the earlier extra rounds left of theirs
+                allowance = round_allowance(extra_budget_s, extra, extra_spent_s[0])
+                # paced, the round's cells are chosen by their measured times as they start
+                # (cells an earlier round passed over first in their tier); unpaced (Ray), by
+                # an estimate from their calls
                 more = followup_items(
                     res.read_rows(writer.path),
                     prep.env,
                     prep.items,
                     next_round,
-                    None if pacer is not None else extra_budget_s,
+                    None if pacer is not None else allowance,
                     row_budget_s=prep.opts.timer.budget_s,
                     link_now_ns=probe() if probe is not None else None,
+                    waiting=pacer.waiting if pacer is not None else (),
                 )
                 if not more:
                     break
-                _measure(
-                    prep,
-                    more,
-                    writer,
-                    done,
-                    cost,
-                    progress,
-                    task,
-                    count,
-                    watch,
-                    pacer,
-                    budget_s=extra_budget_s,
-                )
+                began = time.monotonic()
+                try:
+                    _measure(
+                        prep,
+                        more,
+                        writer,
+                        done,
+                        cost,
+                        progress,
+                        task,
+                        count,
+                        watch,
+                        pacer,
+                        budget_s=allowance,
+                    )
+                finally:
+                    extra_spent_s[0] += time.monotonic() - began
     except KeyboardInterrupt:
         kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
         typer.echo(
@@ -519,6 +536,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
             extra_budget_s,
             planned_before_s + planned_s,
             pacer.memory() if pacer is not None else None,
+            extra_spent_s[0],
         )
 
 
@@ -537,16 +555,20 @@ def _record_after(
     extra_budget_s: float | None,
     planned_s: float,
     cells: list[dict] | None,
+    extra_s: float = 0.0,
 ) -> None:
     """What the run learnt while it ran, into its env.json (also when interrupted): the load
-    it ran under (said when busy), the seconds its planned rounds took (the earlier processes'
-    included) and each of its extra rounds could take, and its cells' last times."""
+    it ran under (said when busy), the seconds its planned rounds took and its extra rounds
+    took (the earlier processes' included), what each extra round's share was, and its cells'
+    last times."""
     from kernelbench.run.load import combined_load
 
     env = res.load_env(out)
     if load is not None:
         env["load"] = combined_load(env.get("load"), load)
     env[PLANNED_KEY] = round(planned_s, 1)
+    if extra_s > 0:
+        env[EXTRA_KEY] = round(extra_s, 1)
     if extra_budget_s is not None:
         env["extra_round_budget_s"] = round(extra_budget_s, 1)
     if cells is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,6 +240,7 @@ def followup_items(
     budget_s: float | None = None,
     row_budget_s: float = 0.0,
     link_now_ns: float | None = None,
+    waiting: Collection[tuple[int, str, int]] = (),
 ) -> list[WorkItem]:
     """Work items of one extra round for the cells whose pooled rows are still uncertain: a
     speedup interval wider than the run's ``ci_target``, or an ordering contradiction (which
@@ -253,10 +254,12 @@ def followup_items(
     in an ordering contradiction come first (a physics flag the reader sees; a one-round run's
     intervals miss the spread between rounds), then those within reach of the target in the extra
     rounds left (:func:`within_reach`), then the others, each tier's cheapest cells first, and the
-    round stops where their estimated cost would exceed it: more pairs go where they can
-    settle a row. A row is estimated as the engine times it: for its budget per round
+    round takes a cell only while its estimated cost fits what is left: more pairs go where
+    they can settle a row. A row is estimated as the engine times it: for its budget per round
     (``row_budget_s``, an uncertain row seldom meets its interval target sooner), and at
-    least one pair (its time and its baseline's, measured so far)."""
+    least one pair (its time and its baseline's, measured so far). Cells in ``waiting``
+    ((d_model, layer, tokens) that an earlier extra round passed over for its budget) come
+    first in their tier: cheapest first, a cell dearer than one round's share never got one."""
     from kernelbench.results.physics import ORDERING
     from kernelbench.results.states import state_of
     from kernelbench.results.view import flagged, marked, pooled_view, state_view
@@ -306,11 +309,11 @@ def followup_items(
     chosen: dict[tuple, set[tuple[str, str]]] = {}
     spent = 0.0
     for uncertain, cost in zip(tiers, costs, strict=True):
-        for c in sorted(uncertain, key=cost.__getitem__):
+        for c in sorted(uncertain, key=lambda c: (c not in waiting, cost[c])):
             if c not in cells:
                 continue
             if budget_s is not None and spent + cost[c] > budget_s:
-                break
+                continue
             spent += cost[c]
             chosen.setdefault(c, set()).update(uncertain[c])
     return [
@@ -329,6 +332,16 @@ def extra_round_budget(planned_s: float, opts: RunOptions) -> float:
         return 0.0
     share = opts.extra_share * max(planned_s, 0.0) / opts.extra_rounds
     return max(opts.extra_round_budget_s, share)
+
+
+def round_allowance(per_round_s: float, extra: int, spent_s: float) -> float:
+    """Seconds extra round ``extra`` (0 first) may take when each has ``per_round_s`` and the
+    earlier ones took ``spent_s``: its share and what they left of theirs (less what they
+    overspent), never below 0. The extra rounds together stay within their shares, and a cell
+    dearer than one share gets a round once the others leave it room: with even shares the
+    175B cell of App. D.1 (57 s for its uncertain rows against 50-52 s a round on a 2-core
+    Zen 5) kept 3 rounds while cheaper cells took every extra round and left 0-53 s unused."""
+    return max(0.0, per_round_s * (extra + 1) - spent_s)
 
 
 def _number(value, missing: float) -> float:
@@ -358,6 +371,8 @@ class CellPacer:
         self.rows: dict[tuple[int, str, int], int] = {}
         #: the cells handed out: rows timed, rows returned
         self._counting: dict[tuple[int, str, int], list[int]] = {}
+        #: cells passed over for a budget and not handed out since
+        self.waiting: set[tuple[int, str, int]] = set()
 
     @staticmethod
     def _key(item: WorkItem) -> tuple[int, str, int]:
@@ -383,13 +398,16 @@ class CellPacer:
     def paced(self, items: Iterable[WorkItem], budget_s: float | None = None) -> Iterator[WorkItem]:
         """``items`` in order; with ``budget_s``, those whose estimate still fits in what is
         left of it (a cell never measured counts as free), the others skipped. A cell that
-        returned no row (all of them written before a ``--resume``) keeps its last time."""
+        returned no row (all of them written before a ``--resume``) keeps its last time. A
+        cell passed over waits (:attr:`waiting`) until it is handed out."""
         start = self.clock()
         for item in items:
             key = self._key(item)
             began = self.clock()
             if budget_s is not None and began - start + self.estimate(item) > budget_s:
+                self.waiting.add(key)
                 continue
+            self.waiting.discard(key)
             self._counting[key] = [0, 0]
             yield item
             timed, returned = self._counting.pop(key)
