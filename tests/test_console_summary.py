@@ -391,3 +391,27 @@ def test_headline_names_the_environment_that_changes_what_is_measured(tmp_path, 
     ]
     assert run(tmp_path / "unset", {}) == []
     assert run(tmp_path / "older", None) == []
+
+
+def test_headline_names_the_cells_the_extra_rounds_left_out_for_their_cost(tmp_path, row_factory):
+    """A run whose extra rounds passed a cell over (its estimate beyond what its round had
+    left) names it with both figures and the extra rounds' seconds: its wide rows keep the
+    planned rounds' intervals for that reason. None left out, entries that are not a cell's,
+    or a run from before env.json recorded it: nothing."""
+    from kernelbench.results.schema import write_env
+
+    def run(path, extra):
+        _baseline_and_row(path, row_factory, {"link_ns": [60.0] * 4}, {"link_ns": [60.0] * 4})
+        write_env(path, extra)
+        return [line for line in headline(load_view(path)) if line.startswith("Extra rounds")]
+
+    cell = {"d_model": 12288, "layer": "ffn1", "tokens": 2048, "estimate_s": 88.2, "left_s": 66.7}
+    extra = {"extra_rounds_s": 117.1, "extra_round_budget_s": 47.9}
+    assert run(tmp_path / "left", {**extra, "extra_left_out": [cell, {"d_model": "x"}]}) == [
+        "Extra rounds left out for their cost: d=12288 ffn1 2048 tokens (88 s estimated, 67 s "
+        "left of its round); the extra rounds took 117 s, each its 48 s and what the earlier "
+        "ones left: their uncertain rows keep the rounds they had."
+    ]
+    assert run(tmp_path / "none", {**extra, "extra_left_out": []}) == []
+    assert run(tmp_path / "junk", {"extra_left_out": [{"d_model": 768}]}) == []
+    assert run(tmp_path / "older", {"extra_round_budget_s": 30.0}) == []

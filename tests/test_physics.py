@@ -582,10 +582,18 @@ def test_a_cell_passed_over_for_the_budget_goes_first_in_its_tier_next_round():
     for item in pacer.paced(items):
         pacer.note_row(item, timed=True)
         now[0] += 60.0 if item.tokens == 256 else 5.0
-    assert list(pacer.paced(items, budget_s=50.0)) == [items[1]] and pacer.waiting == {dear}
+    assert list(pacer.paced(items, budget_s=50.0)) == [items[1]] and set(pacer.waiting) == {dear}
+    (left_out,) = pacer.left_out()  # as env.json keeps it: estimate and the round's seconds left
+    assert left_out == {
+        "d_model": 768,
+        "layer": "ffn1",
+        "tokens": 256,
+        "estimate_s": 60.0,
+        "left_s": 50.0,
+    }
     for _ in pacer.paced(items, budget_s=70.0):
         now[0] += 1.0
-    assert pacer.waiting == set()
+    assert pacer.waiting == {} and pacer.left_out() == []
 
 
 def test_a_paced_sweep_chooses_its_extra_cells_by_their_measured_times(tmp_path, monkeypatch):
@@ -725,8 +733,10 @@ def test_a_run_counts_its_extra_rounds_seconds_over_every_process(tmp_path, monk
     assert result.exit_code == 0, result.output
     assert [e for e, _ in spent] == [0, 1]
     assert spent[0][1] == 0.0 and spent[1][1] > 0.0
-    took = json.loads((out / "env.json").read_text())["extra_rounds_s"]
+    env = json.loads((out / "env.json").read_text())
+    took = env["extra_rounds_s"]
     assert took >= round(spent[1][1], 1) > 0
+    assert env["extra_left_out"] == []  # a cell of a few calls fits every round
     spent.clear()
     again = CliRunner().invoke(app, [*args, "--resume"])
     assert again.exit_code == 0, again.output

@@ -41,8 +41,6 @@ EXIT_INTERRUPTED = 130
 PLANNED_KEY = "planned_rounds_s"
 #: env.json: each cell's last measured time (the pacer's memory), for a resumed run.
 CELLS_KEY = "cell_seconds"
-#: env.json: the seconds the run's extra rounds took, over every process that ran them.
-EXTRA_KEY = "extra_rounds_s"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,7 +277,7 @@ def _write_env(req: RunRequest, prep: _Prepared, settings: dict, old_env: dict) 
         env["first_started_at"] = old_env.get("first_started_at") or old_env["started_at"]
     # what the earlier processes learnt (their load, their planned rounds' seconds, their cells'
     # times): this one's is added when it ends
-    for learnt in ("load", PLANNED_KEY, CELLS_KEY, EXTRA_KEY):
+    for learnt in ("load", PLANNED_KEY, CELLS_KEY, res.EXTRA_KEY, res.LEFT_OUT_KEY):
         if learnt in old_env:
             env[learnt] = old_env[learnt]
     # every command that wrote rows here: the first run, then each --resume
@@ -471,7 +469,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
         pacer.recall(prep.env.get(CELLS_KEY))
     # resumed: the planned and extra rounds' seconds the earlier processes spent
     planned_before_s = _seconds(prep.env.get(PLANNED_KEY))
-    extra_spent_s = [_seconds(prep.env.get(EXTRA_KEY))]
+    extra_spent_s = _seconds(prep.env.get(res.EXTRA_KEY))
     extra_budget_s = planned_s = None
     started = time.monotonic()
     try:
@@ -484,7 +482,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
             for extra in range(prep.opts.extra_rounds):
                 next_round = prep.opts.rounds + extra
                 # each round's share and what the earlier extra rounds left of theirs
-                allowance = round_allowance(extra_budget_s, extra, extra_spent_s[0])
+                allowance = round_allowance(extra_budget_s, extra, extra_spent_s)
                 # paced, the round's cells are chosen by their measured times as they start
                 # (cells an earlier round passed over first in their tier); unpaced (Ray), by
                 # an estimate from their calls
@@ -516,7 +514,7 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
                         budget_s=allowance,
                     )
                 finally:
-                    extra_spent_s[0] += time.monotonic() - began
+                    extra_spent_s += time.monotonic() - began
     except KeyboardInterrupt:
         kept = sum(1 for line in writer.path.open(encoding="utf-8") if line.strip())
         typer.echo(
@@ -536,7 +534,8 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
             extra_budget_s,
             planned_before_s + planned_s,
             pacer.memory() if pacer is not None else None,
-            extra_spent_s[0],
+            extra_spent_s,
+            pacer.left_out() if pacer is not None and extra_budget_s is not None else None,
         )
 
 
@@ -556,11 +555,12 @@ def _record_after(
     planned_s: float,
     cells: list[dict] | None,
     extra_s: float = 0.0,
+    left_out: list[dict] | None = None,
 ) -> None:
     """What the run learnt while it ran, into its env.json (also when interrupted): the load
     it ran under (said when busy), the seconds its planned rounds took and its extra rounds
     took (the earlier processes' included), what each extra round's share was, and its cells'
-    last times."""
+    last times, and the cells its extra rounds left out for their cost."""
     from kernelbench.run.load import combined_load
 
     env = res.load_env(out)
@@ -568,7 +568,9 @@ def _record_after(
         env["load"] = combined_load(env.get("load"), load)
     env[PLANNED_KEY] = round(planned_s, 1)
     if extra_s > 0:
-        env[EXTRA_KEY] = round(extra_s, 1)
+        env[res.EXTRA_KEY] = round(extra_s, 1)
+    if left_out is not None:
+        env[res.LEFT_OUT_KEY] = left_out
     if extra_budget_s is not None:
         env["extra_round_budget_s"] = round(extra_budget_s, 1)
     if cells is not None:

@@ -485,6 +485,11 @@ def complete_speedups(out_dir: Path) -> int:
 RUN_FILES = (RESULTS_FILE, ENV_FILE, "report.html", "compare.html")
 #: The env.json entry holding the settings every row of a run was measured with.
 SETTINGS_KEY = "settings"
+#: env.json: the seconds a run's extra rounds took, over every process that ran them.
+EXTRA_KEY = "extra_rounds_s"
+#: env.json: the cells a run's extra rounds left out for their cost (the last round that
+#: offered them), each with its estimated and the round's remaining seconds.
+LEFT_OUT_KEY = "extra_left_out"
 
 
 class RunDirError(ValueError):

@@ -20,7 +20,15 @@ import pandas as pd
 from kernelbench.core import BASELINE, PAPER_TOKENS
 from kernelbench.results.merge import pool_rows
 from kernelbench.results.physics import ROOFLINE_MARGIN, annotate, cache_levels, peaks
-from kernelbench.results.schema import ResultRow, SchemaError, load_env, read_rows, results_path
+from kernelbench.results.schema import (
+    EXTRA_KEY,
+    LEFT_OUT_KEY,
+    ResultRow,
+    SchemaError,
+    load_env,
+    read_rows,
+    results_path,
+)
 from kernelbench.results.states import (
     LINK_MIN_SEPARATION,
     MIN_SEPARATION,
@@ -92,6 +100,11 @@ def pooled_view(rows: list[dict], env: dict) -> pd.DataFrame:
     df.attrs["load"] = env.get("load")
     df.attrs["peak_reread"] = env.get("peak_reread")
     df.attrs["environment"] = env.get("environment")
+    df.attrs["extra"] = {
+        "seconds": env.get(EXTRA_KEY),
+        "per_round_s": env.get("extra_round_budget_s"),
+        "left_out": env.get(LEFT_OUT_KEY),
+    }
     timer = env.get("timer")
     df.attrs["core_wait_s"] = timer.get("core_wait_s") if isinstance(timer, dict) else None
     return df
@@ -619,6 +632,46 @@ def missed_placement_note(reread: dict | None) -> str:
     )
 
 
+def left_out_note(extra: dict | None) -> str:
+    """One line when the run's extra rounds left cells out for their cost (env.json's
+    ``extra_left_out``): which, each one's estimate against what its last round had left, and
+    the extra rounds' seconds. Their uncertain rows keep the intervals of the rounds they had
+    (a 175B cell at 2048 tokens can cost more than any extra round has on a 2-core CPU);
+    empty when none was left out."""
+    if not isinstance(extra, dict) or not isinstance(extra.get("left_out"), list):
+        return ""
+    cells = []
+    for cell in extra["left_out"]:
+        try:
+            d_model, layer, tokens = int(cell["d_model"]), str(cell["layer"]), int(cell["tokens"])
+            estimate, left = float(cell["estimate_s"]), float(cell["left_s"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        plural = "s" if tokens != 1 else ""
+        cells.append(
+            f"d={d_model} {layer} {tokens} token{plural} ({estimate:.0f} s estimated, "
+            f"{left:.0f} s left of its round)"
+        )
+    if not cells:
+        return ""
+    line = f"Extra rounds left out for their cost: {'; '.join(cells)}"
+    seconds, per_round = _finite(extra.get("seconds")), _finite(extra.get("per_round_s"))
+    if seconds is not None and per_round is not None:
+        line += (
+            f"; the extra rounds took {seconds:.0f} s, each its {per_round:.0f} s and what "
+            "the earlier ones left"
+        )
+    return line + ": their uncertain rows keep the rounds they had."
+
+
+def _finite(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def core_wait_note(df: pd.DataFrame) -> str:
     """One line when the run waited for fast cores before its timed calls
     (:class:`~kernelbench.measure.timing.CoreGate`): how often, how long in all, and how many
@@ -712,7 +765,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
     smallest and the largest model size of :func:`headline_cell` (speedup with its 95%
     interval), then the run's precision (:func:`precision_line`; with several token counts,
     by token count: :func:`precision_by_tokens_line`), and when its intervals come
-    from one or two rounds, :func:`few_rounds_note`; then, when the host moved
+    from one or two rounds, :func:`few_rounds_note`; one naming the cells the extra rounds
+    left out for their cost (:func:`left_out_note`); then, when the host moved
     the threads during the run, a line saying so (:func:`placement_note`) and one with the
     precision in each placement (:func:`placement_precision_line`); one when a placement the
     run's bandwidth was to be read again in never came (:func:`missed_placement_note`); one
@@ -748,6 +802,8 @@ def headline(df: pd.DataFrame, states: StateView | None = None) -> list[str]:
         lines.append(by_tokens)
     if rounds_note := few_rounds_note(df):
         lines.append(rounds_note)
+    if left_out := left_out_note(df.attrs.get("extra")):
+        lines.append(left_out)
     if placement := placement_note(df):
         lines.append(placement)
         if by_placement := placement_precision_line(df, target, states):

@@ -371,8 +371,9 @@ class CellPacer:
         self.rows: dict[tuple[int, str, int], int] = {}
         #: the cells handed out: rows timed, rows returned
         self._counting: dict[tuple[int, str, int], list[int]] = {}
-        #: cells passed over for a budget and not handed out since
-        self.waiting: set[tuple[int, str, int]] = set()
+        #: cells passed over for a budget and not handed out since: their estimate and the
+        #: seconds that were left of the budget then
+        self.waiting: dict[tuple[int, str, int], tuple[float, float]] = {}
 
     @staticmethod
     def _key(item: WorkItem) -> tuple[int, str, int]:
@@ -404,15 +405,28 @@ class CellPacer:
         for item in items:
             key = self._key(item)
             began = self.clock()
-            if budget_s is not None and began - start + self.estimate(item) > budget_s:
-                self.waiting.add(key)
+            estimate = self.estimate(item)
+            if budget_s is not None and began - start + estimate > budget_s:
+                self.waiting[key] = (estimate, max(0.0, budget_s - (began - start)))
                 continue
-            self.waiting.discard(key)
+            self.waiting.pop(key, None)
             self._counting[key] = [0, 0]
             yield item
             timed, returned = self._counting.pop(key)
             if returned:
                 self.seconds[key], self.rows[key] = self.clock() - began, timed
+
+    def left_out(self) -> list[dict]:
+        """The cells still waiting (passed over for their cost in the last round they were
+        offered to), each with its estimate and what was left of that round, as plain data."""
+        return [
+            {
+                **dict(zip(CELL_FIELDS, key, strict=True)),
+                "estimate_s": round(estimate, 1),
+                "left_s": round(left, 1),
+            }
+            for key, (estimate, left) in sorted(self.waiting.items())
+        ]
 
     def memory(self) -> list[dict]:
         """Each cell's last time and rows, as plain data (kept in the run's env.json, so that a
