@@ -45,6 +45,15 @@ def by_method(rows: list[ResultRow]) -> dict[str, ResultRow]:
     return {r.method: r for r in rows}
 
 
+def tiny_run_args(out, extra_rounds: int, ci_target: float | None = 0.0001) -> list[str]:
+    """``kernelbench run`` of one small cell (torch fp16 and int8_raw, one round) into ``out``
+    with ``extra_rounds``; with ``ci_target``, one so narrow that every row stays wide."""
+    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
+    args += ["fp16,int8_raw", "--out", str(out), "--budget", "0.01", "--rounds", "1"]
+    args += ["--extra-rounds", str(extra_rounds), "--no-report"]
+    return args + (["--ci-target", str(ci_target)] if ci_target is not None else [])
+
+
 def test_rounds_pool_into_one_row_with_an_interval():
     rows = [baseline(0), baseline(1)]
     rows += [row("int8_raw", [2.0, 2.1, 1.9], round_=0), row("int8_raw", [2.2, 2.0, 2.1], round_=1)]
@@ -612,9 +621,7 @@ def test_a_paced_sweep_chooses_its_extra_cells_by_their_measured_times(tmp_path,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(plan_module, "followup_items", recording)
-    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
-    args += ["fp16,int8_raw", "--out", str(tmp_path / "run"), "--budget", "0.01", "--rounds"]
-    args += ["1", "--extra-rounds", "1", "--no-report"]
+    args = tiny_run_args(tmp_path / "run", extra_rounds=1, ci_target=None)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert budgets == [None]
@@ -687,9 +694,7 @@ def test_a_resumed_run_spends_its_extra_rounds_as_the_run_it_continues(tmp_path,
     monkeypatch.setattr(plan_module.CellPacer, "paced", paced)
     monkeypatch.setattr(plan_module, "followup_items", interrupted)
     out = tmp_path / "run"
-    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
-    args += ["fp16,int8_raw", "--out", str(out), "--budget", "0.01", "--rounds", "1"]
-    args += ["--extra-rounds", "1", "--ci-target", "0.0001", "--no-report"]
+    args = tiny_run_args(out, extra_rounds=1)
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 130, first.output
     env = json.loads((out / "env.json").read_text())
@@ -726,9 +731,7 @@ def test_a_run_counts_its_extra_rounds_seconds_over_every_process(tmp_path, monk
 
     monkeypatch.setattr(plan_module, "round_allowance", recording)
     out = tmp_path / "run"
-    args = ["run", "--sizes", "768", "--tokens", "8", "--backends", "torch", "--methods"]
-    args += ["fp16,int8_raw", "--out", str(out), "--budget", "0.01", "--rounds", "1"]
-    args += ["--extra-rounds", "2", "--ci-target", "0.0001", "--no-report"]
+    args = tiny_run_args(out, extra_rounds=2)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert [e for e, _ in spent] == [0, 1]
