@@ -468,8 +468,8 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
     if pacer is not None:  # resumed: the cells an earlier process timed are not free
         pacer.recall(prep.env.get(CELLS_KEY))
     # resumed: the planned and extra rounds' seconds the earlier processes spent
-    planned_before_s = _seconds(prep.env.get(PLANNED_KEY))
-    extra_spent_s = _seconds(prep.env.get(res.EXTRA_KEY))
+    planned_before_s = res.env_seconds(prep.env.get(PLANNED_KEY))
+    extra_spent_s = res.env_seconds(prep.env.get(res.EXTRA_KEY))
     extra_budget_s = planned_s = None
     started = time.monotonic()
     try:
@@ -537,15 +537,6 @@ def _sweep(req: RunRequest, prep: _Prepared, writer, done: set, earlier: list[di
             extra_spent_s,
             pacer.left_out() if pacer is not None and extra_budget_s is not None else None,
         )
-
-
-def _seconds(value) -> float:
-    """A number of seconds read from a run's env.json (0 where it is none)."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return seconds if 0 <= seconds < float("inf") else 0.0
 
 
 def _record_after(

@@ -492,6 +492,15 @@ EXTRA_KEY = "extra_rounds_s"
 LEFT_OUT_KEY = "extra_left_out"
 
 
+def env_seconds(value) -> float:
+    """A number of seconds read from a run's env.json (0 where it is none)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if 0 <= seconds < float("inf") else 0.0
+
+
 class RunDirError(ValueError):
     """An output directory a run cannot use (the message says why)."""
 

@@ -25,6 +25,7 @@ from kernelbench.results.schema import (
     LEFT_OUT_KEY,
     ResultRow,
     SchemaError,
+    env_seconds,
     load_env,
     read_rows,
     results_path,
@@ -655,21 +656,13 @@ def left_out_note(extra: dict | None) -> str:
     if not cells:
         return ""
     line = f"Extra rounds left out for their cost: {'; '.join(cells)}"
-    seconds, per_round = _finite(extra.get("seconds")), _finite(extra.get("per_round_s"))
-    if seconds is not None and per_round is not None:
+    seconds, per_round = env_seconds(extra.get("seconds")), env_seconds(extra.get("per_round_s"))
+    if seconds > 0 and per_round > 0:
         line += (
             f"; the extra rounds took {seconds:.0f} s, each its {per_round:.0f} s and what "
             "the earlier ones left"
         )
     return line + ": their uncertain rows keep the rounds they had."
-
-
-def _finite(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def core_wait_note(df: pd.DataFrame) -> str:
